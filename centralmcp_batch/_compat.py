@@ -1,0 +1,238 @@
+"""Every difference between MCP SDK 1.x (``FastMCP``) and 2.x (``MCPServer``), in one place.
+
+Nothing else in the package branches on the SDK version: servers are made, tools are added,
+backends are called and client results are read through these functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib.metadata import version
+from typing import Any, Callable, Optional
+
+SDK_VERSION = version("mcp")
+SDK_MAJOR = int(SDK_VERSION.split(".")[0])
+
+if SDK_MAJOR >= 2:
+    from mcp import Client, StdioServerParameters
+    from mcp.server.mcpserver import Context, MCPServer as Server
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.server.fastmcp import Context, FastMCP as Server
+    from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.shared.memory import create_connected_server_and_client_session
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+__all__ = [
+    "SDK_MAJOR",
+    "Context",
+    "Server",
+    "StdioServerParameters",
+    "ToolError",
+]
+
+
+# -- servers and tools ----------------------------------------------------------------
+
+
+def new_server(name: str, *, instructions: Optional[str] = None, lifespan: Any = None) -> Any:
+    return Server(name, instructions=instructions, lifespan=lifespan)
+
+
+def is_server(value: Any) -> bool:
+    return isinstance(value, Server)
+
+
+def _tools(server: Any) -> dict[str, Any]:
+    # Both SDK lines keep their registered tools in a dict on the tool manager.
+    return server._tool_manager._tools  # noqa: SLF001 - no public registry API in either SDK line
+
+
+def has_tool(server: Any, name: str) -> bool:
+    return name in _tools(server)
+
+
+def remove_tool(server: Any, name: str) -> None:
+    _tools(server).pop(name, None)
+
+
+def add_tool(
+    server: Any,
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    description: str,
+    annotations: Mapping[str, Any],
+    input_schema: Optional[dict[str, Any]] = None,
+    output_schema: Optional[dict[str, Any]] = None,
+) -> None:
+    """Register ``fn``; the schemas, when given, replace what the SDK derived for clients to read.
+
+    The SDK still validates arguments against ``fn``'s own signature, so a function that takes
+    a loose ``Any`` can answer malformed input itself while the published schema states the
+    strict shape.
+    """
+    server.add_tool(fn, name=name, description=description, annotations=ToolAnnotations.model_validate(dict(annotations)), structured_output=True)
+    tool = _tools(server)[name]
+    if input_schema is not None:
+        tool.parameters = input_schema
+    if output_schema is not None:
+        tool.fn_metadata.output_schema = output_schema
+        tool.__dict__.pop("output_schema", None)  # 2.x caches the derived schema on the tool
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+    output_schema: Optional[dict[str, Any]] = None
+
+
+def annotations_dict(annotations: Any) -> dict[str, Any]:
+    """ToolAnnotations (either SDK, or a mapping) as a dict with camelCase keys."""
+    if annotations is None:
+        return {}
+    if isinstance(annotations, Mapping):
+        return dict(annotations)
+    return annotations.model_dump(by_alias=True, exclude_none=True)
+
+
+def server_tools(server: Any) -> list[ToolInfo]:
+    """The tools an in-process server publishes."""
+    return [
+        ToolInfo(tool.name, tool.description or "", dict(tool.parameters), annotations_dict(tool.annotations))
+        for tool in _tools(server).values()
+    ]
+
+
+async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any]) -> "Answer":
+    """Call a tool of an in-process server through its tool manager, as the SDK would."""
+    try:
+        raw = await server.call_tool(name, dict(arguments))
+    except ToolError as exc:
+        return Answer(is_error=True, text=str(exc))
+    if isinstance(raw, CallToolResult):
+        return read_result(raw)
+    if isinstance(raw, tuple):  # 1.x: (content blocks, structured content)
+        return Answer(is_error=False, structured=raw[1], text=_joined_text(raw[0]))
+    return Answer(is_error=False, text=_joined_text(raw))
+
+
+def structured_result(structured: dict[str, Any], text: str) -> Any:
+    """A tool result with both forms: ``structured`` and ``text`` (its compact JSON)."""
+    if SDK_MAJOR >= 2:
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=structured)
+
+
+# -- results --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A tool call's answer, whichever SDK produced it."""
+
+    is_error: bool
+    structured: Optional[Any] = None
+    text: str = ""
+
+    @property
+    def payload(self) -> Any:
+        """Structured content if given, else the text parsed as JSON, else the text."""
+        if self.structured is not None:
+            return self.structured
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            return self.text
+
+
+def _joined_text(blocks: Sequence[Any]) -> str:
+    return "\n".join(getattr(block, "text", "") for block in blocks if getattr(block, "type", None) == "text")
+
+
+def read_result(result: Any) -> Answer:
+    if SDK_MAJOR >= 2:
+        return Answer(bool(result.is_error), result.structured_content, _joined_text(result.content))
+    return Answer(bool(result.isError), result.structuredContent, _joined_text(result.content))
+
+
+# -- clients --------------------------------------------------------------------------
+
+
+@dataclass
+class ClientHandle:
+    """One connected MCP client session, with the calls the project needs."""
+
+    session: Any
+    tool_infos: list[ToolInfo] = field(default_factory=list)
+
+    async def list_tools(self) -> list[ToolInfo]:
+        listed = await self.session.list_tools()
+        self.tool_infos = [_tool_info(tool) for tool in listed.tools]
+        return self.tool_infos
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Optional[Mapping[str, Any]] = None,
+        *,
+        progress: Optional[Callable[[float, Optional[float], Optional[str]], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> Answer:
+        wait = None if timeout is None else (timeout if SDK_MAJOR >= 2 else timedelta(seconds=timeout))
+        result = await self.session.call_tool(name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress)
+        return read_result(result)
+
+
+def _tool_info(tool: Any) -> ToolInfo:
+    schema = tool.input_schema if SDK_MAJOR >= 2 else tool.inputSchema
+    output = tool.output_schema if SDK_MAJOR >= 2 else tool.outputSchema
+    return ToolInfo(tool.name, tool.description or "", dict(schema or {}), annotations_dict(tool.annotations), output)
+
+
+@asynccontextmanager
+async def connect(target: Any) -> AsyncIterator[ClientHandle]:
+    """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL."""
+    if SDK_MAJOR >= 2:
+        mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
+        async with Client(target, mode=mode) as client:
+            yield ClientHandle(client)
+        return
+    async with _connect_1x(target) as session:  # pragma: no cover - SDK 1.x leg
+        yield ClientHandle(session)
+
+
+@asynccontextmanager
+async def _connect_1x(target: Any) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
+    if is_server(target):
+        async with create_connected_server_and_client_session(target._mcp_server) as session:
+            yield session
+        return
+    transport = stdio_client(target) if isinstance(target, StdioServerParameters) else streamablehttp_client(target)
+    async with transport as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            yield session
+
+
+# -- running a server -----------------------------------------------------------------
+
+
+async def run_stdio(server: Any) -> None:
+    await server.run_stdio_async()
+
+
+def http_app(server: Any) -> Any:
+    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``."""
+    return server.streamable_http_app()

@@ -1,0 +1,123 @@
+"""Byte accounting for the batch response and the deterministic shrink that makes it fit.
+
+The whole response, as compact UTF-8 JSON, must fit the budget. Each stage runs only while
+the response is still over, and every step adjusts a running total by the size of the one
+item it changed, so the cost is linear in the number of items and in their size.
+
+1. ok items, last first, drop their result: ``result: null, result_truncated: true``;
+2. error texts, last first, are cut to 80 characters with ``error_truncated: true``;
+3. the skeleton: every item becomes ``{index, id, status}`` with ``skeleton: true``; while
+   still over, ok skeleton items and then failed ones are left out, last first (``omitted``
+   counts them); as a last step ``failed_ids`` is cut from the end (``failed_ids_truncated``).
+   ``counts`` and ``failed_indexes`` are always whole.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+SHORT_ERROR_CHARS = 80
+
+
+def encode(value: Any) -> bytes:
+    """The wire form the budget measures: compact JSON, UTF-8, no NaN or infinity."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def size(value: Any) -> int:
+    return len(encode(value))
+
+
+class _Sized:
+    """A response being shrunk, with its encoded size kept up to date item by item."""
+
+    def __init__(self, response: dict[str, Any], sizes: Optional[list[int]] = None) -> None:
+        self.response = response
+        self.items: list[dict[str, Any]] = response["results"]
+        self.sizes = list(sizes) if sizes is not None else [size(item) for item in self.items]
+        self._measure_envelope()
+
+    def _measure_envelope(self) -> None:
+        self.envelope = size({**self.response, "results": []})
+
+    @property
+    def total(self) -> int:
+        return self.envelope + sum(self.sizes) + max(0, len(self.items) - 1)
+
+    def replace(self, index: int, item: dict[str, Any]) -> None:
+        self.items[index] = item
+        self.sizes[index] = size(item)
+
+    def remove(self, index: int) -> None:
+        del self.items[index]
+        del self.sizes[index]
+
+    def set_field(self, key: str, value: Any) -> None:
+        self.response[key] = value
+        self._measure_envelope()
+
+
+def fit(response: dict[str, Any], budget: int, sizes: Optional[list[int]] = None) -> dict[str, Any]:
+    """Shrink ``response`` (in place) until its encoding is at most ``budget`` bytes.
+
+    ``sizes``, when given, are the encoded sizes of ``response["results"]``, so a caller that
+    already encoded each item does not pay for it twice.
+    """
+    sized = _Sized(response, sizes)
+    if sized.total <= budget:
+        return response
+    sized.set_field("truncated", True)
+    for stage in (_drop_results, _shorten_errors, _skeleton):
+        if sized.total <= budget:
+            break
+        stage(sized, budget)
+    return response
+
+
+def _drop_results(sized: _Sized, budget: int) -> None:
+    for index in reversed(range(len(sized.items))):
+        if sized.total <= budget:
+            return
+        item = sized.items[index]
+        if item["status"] == "ok" and not item.get("result_truncated"):
+            sized.replace(index, {**_without(item, "result"), "result": None, "result_truncated": True})
+
+
+def _shorten_errors(sized: _Sized, budget: int) -> None:
+    for index in reversed(range(len(sized.items))):
+        if sized.total <= budget:
+            return
+        item = sized.items[index]
+        error = item.get("error")
+        if isinstance(error, str) and len(error) > SHORT_ERROR_CHARS:
+            short = {**_without(item, "error"), "error": error[:SHORT_ERROR_CHARS], "error_truncated": True}
+            sized.replace(index, short)
+
+
+def _skeleton(sized: _Sized, budget: int) -> None:
+    for index, item in enumerate(sized.items):
+        sized.replace(index, {"index": item["index"], "id": item["id"], "status": item["status"]})
+    sized.set_field("skeleton", True)
+    for wanted in ("ok", None):
+        _omit_last_first(sized, budget, wanted)
+    failed_ids = sized.response["failed_ids"]
+    if sized.total > budget and failed_ids:
+        sized.set_field("failed_ids_truncated", True)
+    while sized.total > budget and failed_ids:
+        failed_ids.pop()
+        sized.set_field("failed_ids", failed_ids)
+
+
+def _omit_last_first(sized: _Sized, budget: int, status: Any) -> None:
+    """Leave out skeleton items, last first: those with ``status``, or any when None."""
+    for index in reversed(range(len(sized.items))):
+        if sized.total <= budget:
+            return
+        if status is None or sized.items[index]["status"] == status:
+            sized.remove(index)
+            sized.set_field("omitted", sized.response.get("omitted", 0) + 1)
+
+
+def _without(item: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != key}

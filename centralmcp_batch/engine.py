@@ -1,0 +1,331 @@
+"""The batch: whole-batch checks, per-entry validation, bounded fan-out, ordering and counts.
+
+Pure: imports neither pluggy nor mcp. One entry's read is a ``Reader`` handed in by the
+caller (the plugin passes the host pipeline), so everything here runs on plain data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Union
+
+import anyio
+
+from . import budget
+from .models import (
+    FAILED_STATUSES,
+    MAX_ARGUMENT_BYTES,
+    MAX_ARGUMENT_DEPTH,
+    MAX_CALLS,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    Outcome,
+    ToolRef,
+)
+from .settings import BatchSettings
+
+log = logging.getLogger(__name__)
+
+ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ValidCall:
+    index: int
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    cursor: Optional[str]
+
+
+@dataclass(frozen=True)
+class InvalidCall:
+    index: int
+    id: Optional[str]
+    tool: Optional[str]
+    error: str
+
+
+Entry = Union[ValidCall, InvalidCall]
+
+
+class Guards:
+    """What the engine lends one entry's read: the per-server cap and the call time limit.
+
+    The reader enters ``backend_call(tool)`` around the rate token and the dispatch, so the
+    engine knows whether an entry reached its backend when the batch deadline passes.
+    """
+
+    def __init__(self, call_timeout: float, server_caps: Optional[dict[Any, anyio.Semaphore]] = None) -> None:
+        self.call_timeout = call_timeout
+        self.dispatched = False
+        self._caps = server_caps if server_caps is not None else {}
+
+    @asynccontextmanager
+    async def server_slot(self, tool: ToolRef):  # type: ignore[no-untyped-def]
+        cap = self._cap_for(tool)
+        if cap is None:
+            yield
+            return
+        async with cap:
+            yield
+
+    @contextmanager
+    def dispatching(self) -> Iterator[anyio.CancelScope]:
+        """Mark the entry as sent to its backend and bound that call by the call timeout."""
+        self.dispatched = True
+        with anyio.move_on_after(self.call_timeout) as scope:
+            yield scope
+
+    def _cap_for(self, tool: ToolRef) -> Optional[anyio.Semaphore]:
+        if not tool.concurrency or tool.concurrency < 1:
+            return None
+        key = (tool.server, tool.concurrency)
+        if key not in self._caps:
+            self._caps[key] = anyio.Semaphore(tool.concurrency)
+        return self._caps[key]
+
+
+class Reader(Protocol):
+    def __call__(self, call: ValidCall, max_bytes: int, guards: Guards) -> Awaitable[Outcome]: ...
+
+
+class Observer(Protocol):
+    """Told as entries and the batch finish; every method must swallow its own failures."""
+
+    async def item_completed(self, item: dict[str, Any], seconds: float) -> None: ...
+
+    async def batch_completed(self, response: dict[str, Any], seconds: float) -> None: ...
+
+    async def progress(self, done: int, total: int, message: str) -> None: ...
+
+
+class QuietObserver:
+    async def item_completed(self, item: dict[str, Any], seconds: float) -> None:
+        return None
+
+    async def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
+        return None
+
+    async def progress(self, done: int, total: int, message: str) -> None:
+        return None
+
+
+# -- whole-batch and per-entry checks -------------------------------------------------
+
+
+def check_batch(calls: Any) -> Optional[str]:
+    if not isinstance(calls, list):
+        return "calls must be a list"
+    if not calls:
+        return "calls must contain at least one entry"
+    if len(calls) > MAX_CALLS:
+        return f"calls has {len(calls)} entries, exceeding the {MAX_CALLS}-entry bound"
+    return None
+
+
+def parse_entry(index: int, raw: Any) -> Entry:
+    """Validate one entry in the documented order; the first failure wins."""
+    if not isinstance(raw, dict):
+        return InvalidCall(index, str(index), None, f"call at index {index} must be an object")
+    call_id = raw.get("id")
+    if call_id is None:
+        call_id = str(index)
+    name = raw.get("name")
+    echo = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS else None
+    if not isinstance(call_id, str) or not call_id:
+        return InvalidCall(index, None, echo, "id must be a non-empty string")
+    if len(call_id) > MAX_ID_CHARS:
+        return InvalidCall(index, None, echo, f"id must be at most {MAX_ID_CHARS} characters")
+    problem = _name_problem(name) or _arguments_problem(raw.get("arguments"))
+    if problem is None and raw.get("cursor") is not None and not isinstance(raw.get("cursor"), str):
+        problem = "cursor must be a string"
+    if problem is not None:
+        return InvalidCall(index, call_id, echo, problem)
+    return ValidCall(index, call_id, name, raw.get("arguments") or {}, raw.get("cursor"))
+
+
+def _name_problem(name: Any) -> Optional[str]:
+    if not isinstance(name, str) or not name:
+        return "name must be a non-empty string"
+    if len(name) > MAX_NAME_CHARS:
+        return f"name must be at most {MAX_NAME_CHARS} characters"
+    return None
+
+
+def _arguments_problem(arguments: Any) -> Optional[str]:
+    if arguments is None:
+        return None
+    if not isinstance(arguments, dict):
+        return "arguments must be an object"
+    try:
+        encoded = budget.encode(arguments)
+    except (TypeError, ValueError, RecursionError):
+        return "arguments must be JSON-serializable"
+    if len(encoded) > MAX_ARGUMENT_BYTES:
+        return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
+    if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+        return f"arguments must be nested at most {MAX_ARGUMENT_DEPTH} levels deep"
+    return None
+
+
+def nesting_depth(value: Any) -> int:
+    """Levels of objects and arrays: ``{}`` is 1, ``{"a": [1]}`` is 2. Iterative, so no recursion limit."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        children = current.values() if isinstance(current, dict) else current if isinstance(current, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def duplicate_id(entries: Sequence[Entry]) -> Optional[str]:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.id is None:
+            continue
+        if entry.id in seen:
+            return entry.id
+        seen.add(entry.id)
+    return None
+
+
+# -- items and the response -----------------------------------------------------------
+
+
+def make_item(index: int, call_id: Optional[str], tool: Optional[str], server: Optional[str], outcome: Outcome) -> dict[str, Any]:
+    item: dict[str, Any] = {"index": index, "id": call_id, "tool": tool, "server": server, "status": outcome.status}
+    if outcome.status == "ok":
+        item["result"] = outcome.result
+    else:
+        item["error"] = cut(outcome.error or outcome.status)
+    return item
+
+
+def cut(text: str, limit: int = ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit]
+
+
+def _encoded_item(item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The item and its encoded size; an ok result JSON cannot encode becomes an error item."""
+    try:
+        return item, budget.size(item)
+    except (TypeError, ValueError, RecursionError) as exc:
+        keep = {key: item[key] for key in ("index", "id", "tool", "server")}
+        failed = {**keep, "status": "error", "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable"}
+        return failed, budget.size(failed)
+
+
+def assemble(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    failed = [item for item in items if item["status"] in FAILED_STATUSES]
+    return {
+        "ok": not failed,
+        "results": list(items),
+        "counts": {"total": len(items), "succeeded": len(items) - len(failed), "failed": len(failed)},
+        "failed_ids": [item["id"] for item in failed],
+        "failed_indexes": [item["index"] for item in failed],
+        "truncated": False,
+    }
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+class _Run:
+    """One batch in flight: the entries, their items as they finish, and the shared limits."""
+
+    def __init__(self, entries: list[Entry], reader: Reader, settings: BatchSettings, observer: Observer, self_names: frozenset[str]) -> None:
+        n = len(entries)
+        self.entries, self.reader, self.settings = entries, reader, settings
+        self.observer, self.self_names = observer, self_names
+        self.items: list[Optional[dict[str, Any]]] = [None] * n
+        self.sizes = [0] * n
+        caps: dict[Any, anyio.Semaphore] = {}
+        self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
+        self.max_bytes = max(1024, settings.response_max_bytes // n)
+        self.slots = anyio.CapacityLimiter(settings.concurrency)
+        self.progress_lock = anyio.Lock()
+        self.done = 0
+
+    async def run_all(self) -> None:
+        with anyio.move_on_after(self.settings.batch_timeout):
+            async with anyio.create_task_group() as tasks:
+                for entry in self.entries:
+                    if isinstance(entry, InvalidCall):
+                        await self.finish(entry.index, make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)), 0.0)
+                    else:
+                        tasks.start_soon(self.run_one, entry)
+        await self.report_deadline()
+
+    async def run_one(self, call: ValidCall) -> None:
+        async with self.slots:
+            started = time.perf_counter()
+            outcome = await self.read(call)
+        server = outcome.tool.server if outcome.tool else None
+        await self.finish(call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started)
+
+    async def read(self, call: ValidCall) -> Outcome:
+        if call.name in self.self_names:
+            return Outcome("blocked", error=f"{call.name} cannot be called from inside a batch: name a backend tool")
+        try:
+            return await self.reader(call, self.max_bytes, self.guards[call.index])
+        except Exception as exc:  # the reader should not raise; if it does, only its entry fails
+            log.exception("batch reader raised for entry %d", call.index)
+            return Outcome("error", error=f"{type(exc).__name__}: {exc}")
+
+    async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
+        self.items[index], self.sizes[index] = _encoded_item(item)
+        await self.observer.item_completed(self.items[index], seconds)
+        async with self.progress_lock:
+            self.done += 1
+            await self.observer.progress(self.done, len(self.entries), _progress_message(self.items[index]))
+
+    async def report_deadline(self) -> None:
+        limit = self.settings.batch_timeout
+        for index, item in enumerate(self.items):
+            if item is not None:
+                continue
+            call = self.entries[index]
+            assert isinstance(call, ValidCall)
+            if self.guards[index].dispatched:
+                error = f"TimeoutError: cancelled while running: the batch time limit of {limit:g}s passed"
+            else:
+                error = f"TimeoutError: not dispatched: the batch time limit of {limit:g}s passed first"
+            await self.finish(index, make_item(index, call.id, call.name, None, Outcome("error", error=error)), 0.0)
+
+
+def _progress_message(item: dict[str, Any]) -> str:
+    label = item["id"] if item["id"] is not None else f"#{item['index']}"
+    return f"{label} ({item['tool'] or '?'}): {item['status']}"
+
+
+async def run_batch(
+    calls: Any,
+    reader: Reader,
+    settings: BatchSettings,
+    observer: Optional[Observer] = None,
+    self_names: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Run one batch; per-entry problems become items, whole-batch problems a rejection."""
+    started = time.perf_counter()
+    observer = observer or QuietObserver()
+    rejection = check_batch(calls)
+    entries = [] if rejection else [parse_entry(index, raw) for index, raw in enumerate(calls)]
+    repeated = None if rejection else duplicate_id(entries)
+    if repeated is not None:
+        rejection = f"duplicate call id '{repeated}': ids must be unique within a batch so results can be correlated"
+    if rejection:
+        return {"ok": False, "error": rejection}
+    run = _Run(entries, reader, settings, observer, self_names)
+    await run.run_all()
+    items = [item for item in run.items if item is not None]
+    response = budget.fit(assemble(items), settings.response_max_bytes, run.sizes)
+    await observer.batch_completed(response, time.perf_counter() - started)
+    return response

@@ -1,0 +1,116 @@
+"""The hook contract between a router (the host) and its ``centralmcp`` plugins.
+
+Hooks are called with keyword arguments. An implementation may be ``def`` or ``async def``:
+the caller awaits an awaitable result. Under ``firstresult`` an ``async def`` always answers,
+since its coroutine is not None; a sync implementation may return None to pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from typing import Any, Optional, Union
+
+import pluggy
+
+from .models import CallContext, ToolRef
+
+PROJECT = "centralmcp"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+MaybeAwaitable = Union[Any, Awaitable[Any]]
+
+# -- implemented by the host, called by the plugin ------------------------------------
+
+
+@hookspec(firstresult=True)
+def centralmcp_find_tool(name: str) -> Optional[ToolRef]:
+    """The catalog: the backend tool called ``name``, or None when it is unknown.
+
+    :param name: a backend tool name as the client sent it.
+    """
+
+
+@hookspec
+def centralmcp_read_gate(tool: ToolRef) -> Optional[str]:
+    """Allow or refuse a read: None allows, a string refuses with that message.
+
+    Every implementation is asked and any refusal wins. An implementation that raises
+    refuses (the gate fails closed), and so does a host with no implementation at all.
+
+    :param tool: the catalog's reference for the tool about to be read.
+    """
+
+
+@hookspec(firstresult=True)
+def centralmcp_resume_cursor(tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
+    """Verify a continuation cursor against this tool and these arguments.
+
+    Raise :class:`centralmcp_batch.InvalidCursor` to refuse; what is returned is handed to
+    dispatch as ``resume``. With no implementation every cursor is refused.
+
+    :param tool: the tool the cursor is presented for.
+    :param arguments: the call's arguments, which the cursor must have been issued for.
+    :param cursor: the opaque cursor string from the client.
+    """
+
+
+@hookspec
+def centralmcp_acquire_rate_token(tool: ToolRef) -> MaybeAwaitable:
+    """Wait for the host's rate limiter: awaited exactly once per backend call.
+
+    Called after every local rejection, just before dispatch. One that raises is logged
+    and the call proceeds.
+
+    :param tool: the tool about to be called.
+    """
+
+
+@hookspec(firstresult=True)
+def centralmcp_dispatch_read(
+    tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
+) -> Any:
+    """Call the backend and bound its response to ``max_bytes``.
+
+    Return the bounded result, or a dict with an ``error`` key (and optionally a ``status``
+    of ``blocked``, ``unknown_tool`` or ``invalid_cursor``, which is kept).
+
+    :param tool: the tool to call.
+    :param arguments: its arguments (an object).
+    :param resume: what ``centralmcp_resume_cursor`` returned, or None without a cursor.
+    :param max_bytes: the most bytes this one result may take.
+    :param context: which call this is (index and id inside a batch).
+    """
+
+
+# -- implemented by the plugin, called by the host ------------------------------------
+
+
+@hookspec
+def centralmcp_register_tools(server: Any, pluginmanager: pluggy.PluginManager) -> None:
+    """Register this plugin's MCP tools on the host's server.
+
+    :param server: the host's ``FastMCP`` (SDK 1.x) or ``MCPServer`` (SDK 2.x).
+    :param pluginmanager: the host's plugin manager, through which the plugin calls the host hooks.
+    """
+
+
+# -- implemented by anyone (observers), called by the plugin --------------------------
+
+
+@hookspec
+def centralmcp_batch_item_completed(item: Mapping[str, Any], seconds: float) -> MaybeAwaitable:
+    """One batch entry finished, whatever its status. One that raises is logged and ignored.
+
+    :param item: the entry's result item, as it appears in the response before any shrink.
+    :param seconds: how long the entry took.
+    """
+
+
+@hookspec
+def centralmcp_batch_completed(response: Mapping[str, Any], seconds: float) -> MaybeAwaitable:
+    """One batch finished. One that raises is logged and ignored.
+
+    :param response: the response as returned to the client.
+    :param seconds: how long the whole batch took.
+    """

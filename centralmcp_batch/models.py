@@ -1,0 +1,147 @@
+"""The data the batch exchanges: the host's tool reference and the published schemas.
+
+Pure: imports neither pluggy nor mcp, so the engine can be tested with plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+MAX_CALLS = 25
+MAX_ID_CHARS = 100
+MAX_NAME_CHARS = 200
+MAX_ARGUMENT_BYTES = 20_000
+MAX_ARGUMENT_DEPTH = 8
+
+Status = Literal["ok", "invalid_call", "unknown_tool", "blocked", "invalid_cursor", "error"]
+FAILED_STATUSES = ("invalid_call", "unknown_tool", "blocked", "invalid_cursor", "error")
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    """A backend tool as the host's catalog knows it.
+
+    ``annotations`` are MCP ToolAnnotations with their camelCase keys;
+    ``concurrency`` caps how many calls run at once on that tool's server.
+    """
+
+    name: str
+    server: Optional[str]
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    concurrency: Optional[int] = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.annotations.get("readOnlyHint") is True
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What dispatch is told about the call it serves.
+
+    ``request`` is the MCP request context of the client's call (SDK-specific,
+    may be None); a host may use it for logging or progress of its own.
+    """
+
+    index: Optional[int]
+    call_id: Optional[str]
+    in_batch: bool
+    request: Any = None
+
+
+class BatchCall(BaseModel):
+    """One entry of ``calls``, as the published input schema states it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="The backend tool's name, as find_tool returns it.")
+    arguments: Optional[dict[str, Any]] = Field(
+        default=None,
+        description=f"The tool's arguments; at most {MAX_ARGUMENT_BYTES} bytes as JSON, nested at most {MAX_ARGUMENT_DEPTH} levels.",
+    )
+    id: Optional[str] = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        description="Correlates the result with this call; unique in the batch. Defaults to the index as a string.",
+    )
+    cursor: Optional[str] = Field(default=None, description="A next_cursor from an earlier clipped read of the same tool and arguments.")
+
+
+class BatchInput(BaseModel):
+    calls: list[BatchCall] = Field(min_length=1, max_length=MAX_CALLS, description="The read calls, answered in this order.")
+
+
+class BatchItem(BaseModel):
+    """One entry's outcome. Keys come in this order: index, id, tool, server, status, then result or error."""
+
+    index: int
+    id: Optional[str]
+    tool: Optional[str]
+    server: Optional[str]
+    status: Status
+    result: Any = None
+    result_truncated: Optional[bool] = None
+    error: Optional[str] = None
+    error_truncated: Optional[bool] = None
+
+
+class SkeletonItem(BaseModel):
+    index: int
+    id: Optional[str]
+    status: Status
+
+
+class Counts(BaseModel):
+    total: int
+    succeeded: int
+    failed: int
+
+
+class BatchResponse(BaseModel):
+    ok: bool
+    results: list[Union[BatchItem, SkeletonItem]]
+    counts: Counts
+    failed_ids: list[Optional[str]]
+    failed_indexes: list[int]
+    truncated: bool
+    skeleton: Optional[bool] = Field(default=None, description="True when results were reduced to index, id and status to fit the budget.")
+    omitted: Optional[int] = Field(default=None, description="Skeleton items left out, last first, because even the skeleton did not fit.")
+    failed_ids_truncated: Optional[bool] = Field(default=None, description="True when failed_ids was cut from the end to fit; failed_indexes stays whole.")
+
+
+@dataclass
+class Outcome:
+    """What one read came to, before it becomes a batch item or a single-call answer."""
+
+    status: Status
+    tool: Optional[ToolRef] = None
+    result: Any = None
+    error: Optional[str] = None
+
+
+class BatchRejection(BaseModel):
+    ok: Literal[False]
+    error: str
+
+
+class BatchOutcome(RootModel[Union[BatchResponse, BatchRejection]]):
+    pass
+
+
+def input_schema() -> dict[str, Any]:
+    """The schema clients read: the call object with its bounds, inlined (some clients skip $ref)."""
+    schema = BatchInput.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    schema["properties"]["calls"]["items"] = definitions["BatchCall"]
+    return schema
+
+
+def output_schema() -> dict[str, Any]:
+    """Both response shapes; MCP wants an object at the top."""
+    schema = BatchOutcome.model_json_schema()
+    return {"type": "object", **schema}

@@ -1,0 +1,88 @@
+"""One read call through the host hooks: resolve, gate, cursor, rate token, dispatch.
+
+Shared by every batch entry and by the reference router's ``invoke_read_tool``, so a single
+read and a batch entry meet exactly the same gate, limiter and bounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from .engine import Guards, ValidCall
+from .errors import InvalidCursor
+from .host import HostHooks
+from .models import CallContext, Outcome, ToolRef
+
+KEPT_STATUSES = ("blocked", "unknown_tool", "invalid_cursor")
+
+
+def unknown_tool_message(name: str) -> str:
+    return f"Unknown tool '{name}'. Use find_tool to discover."
+
+
+async def read_one(
+    hooks: HostHooks,
+    name: str,
+    arguments: Mapping[str, Any],
+    cursor: Optional[str],
+    *,
+    max_bytes: int,
+    context: CallContext,
+    guards: Guards,
+) -> Outcome:
+    """The outcome of one read; never raises except for cancellation."""
+    tool: Optional[ToolRef] = None
+    try:
+        tool = await hooks.find_tool(name)
+        if tool is None:
+            return Outcome("unknown_tool", error=unknown_tool_message(name))
+        refusal = await hooks.read_gate(tool)
+        if refusal is not None:
+            return Outcome("blocked", tool, error=refusal)
+        try:
+            resume = None if cursor is None else await hooks.resume_cursor(tool, arguments, cursor)
+        except InvalidCursor as exc:
+            return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
+        return await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
+    except Exception as exc:
+        return Outcome("error", tool, error=f"{type(exc).__name__}: {exc}")
+
+
+async def _call_backend(
+    hooks: HostHooks,
+    tool: ToolRef,
+    arguments: Mapping[str, Any],
+    resume: Any,
+    max_bytes: int,
+    context: CallContext,
+    guards: Guards,
+) -> Outcome:
+    async with guards.server_slot(tool):
+        await hooks.acquire_rate_token(tool)
+        with guards.dispatching() as deadline:
+            result = await hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
+    if deadline.cancelled_caught:
+        return Outcome("error", tool, error=f"TimeoutError: the backend call timed out after {guards.call_timeout:g}s")
+    return classify(tool, result)
+
+
+def classify(tool: ToolRef, result: Any) -> Outcome:
+    """A dispatch answer as an outcome: kept refusal statuses, error dicts, or ok."""
+    if isinstance(result, dict):
+        status = result.get("status")
+        if status in KEPT_STATUSES:
+            return Outcome(status, tool, error=str(result.get("error") or status))
+        if "error" in result:
+            return Outcome("error", tool, error=str(result["error"]))
+    return Outcome("ok", tool, result=result)
+
+
+def batch_reader(hooks: HostHooks, request: Any = None):  # type: ignore[no-untyped-def]
+    """The engine's Reader over the host hooks, for one batch request."""
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        context = CallContext(index=call.index, call_id=call.id, in_batch=True, request=request)
+        return await read_one(hooks, call.name, call.arguments, call.cursor, max_bytes=max_bytes, context=context, guards=guards)
+
+    return read

@@ -1,0 +1,20 @@
+"""The ``centralmcp`` entry point of this distribution: hook implementations only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from . import batch_tool
+from .hookspecs import hookimpl
+from .host import HostHooks
+from .settings import router_mode
+
+
+@hookimpl
+def centralmcp_register_tools(server: Any, pluginmanager: pluggy.PluginManager) -> None:
+    # The host's minimal mode publishes only find_tool, invoke_read_tool and invoke_tool.
+    if router_mode() == "minimal":
+        return
+    batch_tool.register(server, HostHooks(pluginmanager))
