@@ -95,14 +95,11 @@ class HostHooks:
         await self._notify("centralmcp_batch_completed", response=response, seconds=seconds)
 
     async def _notify(self, name: str, **kwargs: Any) -> None:
-        """Observers: every failure is logged and ignored."""
-        try:
-            answers = getattr(self._hook, name)(**kwargs)
-        except Exception:
-            log.warning("observer hook %s raised; ignored", name, exc_info=True)
-            return
-        for answer in answers:
+        """Observers, each on its own: one that fails is logged and the others still hear."""
+        for impl in reversed(getattr(self._hook, name).get_hookimpls()):  # pluggy's calling order
+            if impl.hookwrapper or impl.wrapper:
+                continue
             try:
-                await await_me_maybe(answer)
+                await await_me_maybe(impl.function(*(kwargs[arg] for arg in impl.argnames)))
             except Exception:
-                log.warning("observer hook %s failed; ignored", name, exc_info=True)
+                log.warning("observer %s of plugin %r failed; ignored", name, impl.plugin_name, exc_info=True)

@@ -1,0 +1,75 @@
+"""The shrink stages, each only while the response is still over the budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from centralmcp_batch import budget, engine
+from centralmcp_batch.models import Outcome
+
+
+def item(index: int, status: str = "ok", result: Any = None, error: str = "", call_id: str = "") -> dict[str, Any]:
+    outcome = Outcome(status, result=result) if status == "ok" else Outcome(status, error=error)
+    return engine.make_item(index, call_id or str(index), "tool", "srv", outcome)
+
+
+def response(*items: dict[str, Any]) -> dict[str, Any]:
+    return engine.assemble(list(items))
+
+
+def test_a_response_within_budget_is_untouched() -> None:
+    original = response(item(0, result={"a": 1}))
+    fitted = budget.fit(dict(original), 10_000)
+    assert fitted == original and fitted["truncated"] is False
+
+
+def test_stage_one_drops_ok_results_last_first_only_as_needed() -> None:
+    big = "x" * 2000
+    fitted = budget.fit(response(item(0, result=big), item(1, result=big), item(2, result=big)), 5000)
+    assert budget.size(fitted) <= 5000 and fitted["truncated"] is True
+    assert fitted["results"][0]["result"] == big and fitted["results"][1]["result"] == big
+    assert fitted["results"][2] == {"index": 2, "id": "2", "tool": "tool", "server": "srv", "status": "ok", "result": None, "result_truncated": True}
+
+
+def test_stage_two_shortens_errors_after_results_are_gone() -> None:
+    errors = [item(i, "error", error="E" * 500) for i in range(6)]
+    fitted = budget.fit(response(item(9, result="r" * 100), *errors), 2600)
+    assert budget.size(fitted) <= 2600
+    assert fitted["results"][0]["result"] is None
+    shortened = [it for it in fitted["results"] if it.get("error_truncated")]
+    assert shortened and all(len(it["error"]) == 80 for it in shortened)
+    assert fitted["results"][-1].get("error_truncated") is True  # last first
+    assert "skeleton" not in fitted
+
+
+def test_stage_three_keeps_the_skeleton_of_every_entry() -> None:
+    items = [item(i, "error", error="E" * 500, call_id=f"call-{i}") for i in range(25)]
+    fitted = budget.fit(response(*items), 1024)
+    assert budget.size(fitted) <= 1024 and fitted["skeleton"] is True
+    assert fitted["counts"] == {"total": 25, "succeeded": 0, "failed": 25}
+    assert fitted["failed_indexes"] == list(range(25))
+    kept = fitted["results"]
+    assert all(set(it) == {"index", "id", "status"} for it in kept)
+    assert [it["index"] for it in kept] == list(range(len(kept)))
+
+
+def test_failed_entries_outlive_ok_ones_in_the_skeleton() -> None:
+    items = [item(i, result="r" * 300, call_id=f"ok-{i:02d}-" + "p" * 40) for i in range(20)]
+    items += [item(20 + i, "error", error="E" * 300, call_id=f"bad-{i}-" + "q" * 40) for i in range(5)]
+    fitted = budget.fit(response(*items), 1200)
+    assert budget.size(fitted) <= 1200
+    statuses = [it["status"] for it in fitted["results"]]
+    assert statuses.count("error") == 5 and fitted["omitted"] >= 1
+
+
+def test_the_last_resort_still_fits_with_the_longest_ids() -> None:
+    items = [item(i, "error", error="E" * 500, call_id=f"{i:03d}" + "i" * 97) for i in range(25)]
+    fitted = budget.fit(response(*items), 1024)
+    assert budget.size(fitted) <= 1024
+    assert fitted["failed_indexes"] == list(range(25)) and fitted["counts"]["failed"] == 25
+    assert fitted.get("failed_ids_truncated") is True
+
+
+def test_sizes_are_measured_as_compact_utf8() -> None:
+    assert budget.size({"a": "é"}) == len('{"a":"é"}'.encode())
+    assert budget.encode([1, 2]) == b"[1,2]"

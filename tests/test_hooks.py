@@ -1,0 +1,240 @@
+"""The host hooks as the plugin calls them: a fresh PluginManager and inline hosts per test."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from centralmcp_batch import InvalidCursor, ToolRef, batch_tool, hosting
+from centralmcp_batch.hookspecs import hookimpl
+from centralmcp_batch.host import HostHooks
+
+pytestmark = pytest.mark.anyio
+READ = {"readOnlyHint": True}
+
+
+class SyncHost:
+    """Every host hook as a plain function."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.dispatched: list[tuple[str, Any, int]] = []
+
+    @hookimpl
+    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+        annotations = READ if name.startswith("get") else {"readOnlyHint": False}
+        return None if name == "missing" else ToolRef(name, "sync-srv", annotations)
+
+    @hookimpl
+    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+        return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
+
+    @hookimpl
+    def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Any, cursor: str) -> Any:
+        if cursor != "good":
+            raise InvalidCursor("cursor does not match this tool and arguments")
+        return {"page": 2}
+
+    @hookimpl
+    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
+        self.tokens.append(tool.name)
+
+    @hookimpl
+    def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int) -> Any:
+        self.dispatched.append((tool.name, resume, max_bytes))
+        return {"tool": tool.name, "resume": resume}
+
+
+class AsyncHost(SyncHost):
+    """The same hooks as coroutines."""
+
+    @hookimpl
+    async def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:  # type: ignore[override]
+        return SyncHost.centralmcp_find_tool(self, name)
+
+    @hookimpl
+    async def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:  # type: ignore[override]
+        return SyncHost.centralmcp_read_gate(self, tool)
+
+    @hookimpl
+    async def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Any, cursor: str) -> Any:  # type: ignore[override]
+        return SyncHost.centralmcp_resume_cursor(self, tool, arguments, cursor)
+
+    @hookimpl
+    async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:  # type: ignore[override]
+        self.tokens.append(tool.name)
+
+    @hookimpl
+    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int) -> Any:  # type: ignore[override]
+        return SyncHost.centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes)
+
+
+def hooks_for(*plugins: object) -> HostHooks:
+    return HostHooks(hosting.plugin_manager(*plugins))
+
+
+CALLS = [
+    {"name": "get_a", "id": "a"},
+    {"name": "set_b", "id": "b"},
+    {"name": "missing", "id": "c"},
+    {"name": "get_d", "id": "d", "cursor": "good"},
+    {"name": "get_e", "id": "e", "cursor": "forged"},
+    {"name": "", "id": "f"},
+]
+
+
+@pytest.mark.parametrize("host_class", [SyncHost, AsyncHost])
+async def test_every_status_through_sync_and_async_hosts(host_class: type) -> None:
+    host = host_class()
+    response = await batch_tool.run(hooks_for(host), CALLS)
+    by_id = {item["id"]: item for item in response["results"]}
+    assert [item["status"] for item in response["results"]] == ["ok", "blocked", "unknown_tool", "ok", "invalid_cursor", "invalid_call"]
+    assert by_id["a"]["result"] == {"tool": "get_a", "resume": None} and by_id["a"]["server"] == "sync-srv"
+    assert by_id["b"]["error"] == "Tool 'set_b' is not read-only."
+    assert by_id["c"]["error"] == "Unknown tool 'missing'. Use find_tool to discover."
+    assert by_id["d"]["result"]["resume"] == {"page": 2}
+    assert by_id["e"]["error"] == "cursor does not match this tool and arguments" and "forged" not in str(response)
+    # one token per backend call, drawn only after every local rejection
+    assert sorted(host.tokens) == ["get_a", "get_d"]
+    assert sorted(name for name, _, _ in host.dispatched) == ["get_a", "get_d"]
+    assert {max_bytes for _, _, max_bytes in host.dispatched} == {300_000 // len(CALLS)}
+
+
+async def test_a_gate_that_raises_blocks() -> None:
+    class BrokenGate:
+        @hookimpl
+        def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+            raise RuntimeError("policy service down")
+
+    host = SyncHost()
+    response = await batch_tool.run(hooks_for(host, BrokenGate()), [{"name": "get_a"}])
+    item = response["results"][0]
+    assert item["status"] == "blocked" and "RuntimeError" in item["error"]
+    assert host.dispatched == [] and host.tokens == []
+
+
+async def test_any_gate_refusal_wins_over_others_that_allow() -> None:
+    class Strict:
+        @hookimpl
+        async def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+            return "maintenance window" if tool.name == "get_a" else None
+
+    host = SyncHost()
+    response = await batch_tool.run(hooks_for(host, Strict()), [{"name": "get_a"}, {"name": "get_x"}])
+    assert [item["status"] for item in response["results"]] == ["blocked", "ok"]
+    assert response["results"][0]["error"] == "maintenance window"
+
+
+async def test_a_gate_answer_that_is_not_none_or_a_string_refuses() -> None:
+    class Confused:
+        @hookimpl
+        def centralmcp_read_gate(self, tool: ToolRef) -> Any:
+            return True
+
+    response = await batch_tool.run(hooks_for(SyncHost(), Confused()), [{"name": "get_a"}])
+    assert response["results"][0]["status"] == "blocked"
+
+
+async def test_no_gate_at_all_refuses_every_read() -> None:
+    class NoGate(SyncHost):
+        centralmcp_read_gate = None  # type: ignore[assignment]
+
+    host = NoGate()
+    response = await batch_tool.run(hooks_for(host), [{"name": "get_a"}])
+    assert response["results"][0]["status"] == "blocked" and host.dispatched == []
+
+
+async def test_a_raising_limiter_is_logged_and_the_call_proceeds(caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenLimiter:
+        @hookimpl
+        async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
+            raise ConnectionError("redis unavailable")
+
+    class Host(SyncHost):
+        centralmcp_acquire_rate_token = None  # type: ignore[assignment]
+
+    host = Host()
+    response = await batch_tool.run(hooks_for(host, BrokenLimiter()), [{"name": "get_a"}])
+    assert response["results"][0]["status"] == "ok"
+    assert "centralmcp_acquire_rate_token failed" in caplog.text
+
+
+async def test_without_a_cursor_hook_every_cursor_is_refused() -> None:
+    class NoCursors(SyncHost):
+        centralmcp_resume_cursor = None  # type: ignore[assignment]
+
+    host = NoCursors()
+    response = await batch_tool.run(hooks_for(host), [{"name": "get_a", "cursor": "good"}, {"name": "get_b"}])
+    assert [item["status"] for item in response["results"]] == ["invalid_cursor", "ok"]
+    assert host.tokens == ["get_b"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [
+        ({"error": "backend 503"}, "error"),
+        ({"error": "no such tool", "status": "unknown_tool"}, "unknown_tool"),
+        ({"error": "policy", "status": "blocked"}, "blocked"),
+        ({"error": "stale", "status": "invalid_cursor"}, "invalid_cursor"),
+        ({"status": "blocked"}, "blocked"),
+        ({"error": "x", "status": "weird"}, "error"),
+        ({"data": [1, 2]}, "ok"),
+        ([1, 2, 3], "ok"),
+        ("plain text", "ok"),
+        (None, "ok"),
+    ],
+)
+async def test_dispatch_answers_are_classified(answer: Any, status: str) -> None:
+    class Answering(SyncHost):
+        @hookimpl
+        def centralmcp_dispatch_read(self, tool: ToolRef) -> Any:  # type: ignore[override]
+            return answer
+
+    response = await batch_tool.run(hooks_for(Answering()), [{"name": "get_a"}])
+    item = response["results"][0]
+    assert item["status"] == status
+    if status == "ok":
+        assert item["result"] == answer
+
+
+@pytest.mark.parametrize("failing", ["centralmcp_find_tool", "centralmcp_dispatch_read", "centralmcp_resume_cursor"])
+async def test_a_raising_catalog_dispatch_or_cursor_hook_is_an_error_item(failing: str) -> None:
+    def boom(self: Any, **kwargs: Any) -> Any:
+        raise LookupError("host hook exploded")
+
+    class Host(SyncHost):
+        pass
+
+    setattr(Host, failing, hookimpl(lambda self, tool=None, name=None, arguments=None, cursor=None: boom(self)))
+    response = await batch_tool.run(hooks_for(Host()), [{"name": "get_a", "cursor": "good"}, {"name": "x", "id": "z"}])
+    assert response["results"][0]["status"] == "error"
+    assert response["results"][0]["error"] == "LookupError: host hook exploded"
+    assert response["counts"]["total"] == 2
+
+
+async def test_observers_see_items_and_batches_and_their_failures_are_ignored() -> None:
+    seen: dict[str, list[Any]] = {"items": [], "batches": []}
+
+    class Audit:
+        @hookimpl
+        async def centralmcp_batch_item_completed(self, item: Any, seconds: float) -> None:
+            seen["items"].append((item["id"], seconds >= 0))
+
+        @hookimpl
+        def centralmcp_batch_completed(self, response: Any, seconds: float) -> None:
+            seen["batches"].append(response["counts"])
+
+    class Broken:
+        @hookimpl
+        def centralmcp_batch_item_completed(self, item: Any) -> None:
+            raise RuntimeError("metrics sink down")
+
+        @hookimpl
+        async def centralmcp_batch_completed(self, response: Any) -> None:
+            raise RuntimeError("metrics sink down")
+
+    response = await batch_tool.run(hooks_for(SyncHost(), Broken(), Audit()), [{"name": "get_a", "id": "one"}, {"name": "set", "id": "two"}])
+    assert response["counts"]["total"] == 2
+    assert sorted(seen["items"]) == [("one", True), ("two", True)]
+    assert seen["batches"] == [{"total": 2, "succeeded": 1, "failed": 1}]
