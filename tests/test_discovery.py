@@ -1,0 +1,125 @@
+"""Discovery through the installed distribution, and plugin.toml held against the code."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from importlib.metadata import distribution, entry_points
+from pathlib import Path
+from typing import Any, Optional
+
+import pluggy
+import pytest
+
+import centralmcp_batch
+from centralmcp_batch import HostContractError, ManifestError, ToolRef, _compat, batch_tool, hookspecs, hosting, manifest, plugin, settings
+from centralmcp_batch.hookspecs import hookimpl
+from centralmcp_batch.testing import InlineHost
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SPECS = sorted(name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("centralmcp_"))
+
+
+def test_the_entry_point_is_found_with_nothing_else_configured() -> None:
+    found = [ep for ep in entry_points(group="centralmcp") if ep.name == "batch"]
+    assert [ep.value for ep in found] == ["centralmcp_batch.plugin"]
+    pm = pluggy.PluginManager("centralmcp")
+    pm.add_hookspecs(hookspecs)
+    assert pm.load_setuptools_entrypoints("centralmcp") >= 1
+    assert plugin in pm.get_plugins()
+    assert [dist.metadata["name"] for _, dist in pm.list_plugin_distinfo()].count("centralmcp-batch") == 1
+
+
+def test_the_pytest_plugin_and_console_script_are_declared() -> None:
+    dist = distribution("centralmcp-batch")
+    groups = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
+    assert groups[("pytest11", "centralmcp_batch")] == "centralmcp_batch.testing"
+    assert groups[("console_scripts", "centralmcp-batch")] == "centralmcp_batch.cli:main"
+
+
+def test_the_package_exports_the_contract_types() -> None:
+    assert centralmcp_batch.ToolRef is ToolRef and centralmcp_batch.__all__ == sorted(centralmcp_batch.__all__)
+    assert ToolRef("t", "s", {"readOnlyHint": True}).read_only
+    assert not ToolRef("t", "s", {"readOnlyHint": "yes"}).read_only
+    assert ToolRef("t", None).concurrency is None
+
+
+def test_the_manifest_agrees_with_pyproject_the_entry_point_and_the_code() -> None:
+    own = manifest.own()
+    ep = PYPROJECT["project"]["entry-points"]["centralmcp"]
+    assert own.distribution == PYPROJECT["project"]["name"] == "centralmcp-batch"
+    assert own.group == hookspecs.PROJECT and ep == {own.name: own.entry_point}
+    implemented = sorted(name for name, fn in vars(plugin).items() if name.startswith("centralmcp_") and hasattr(fn, "centralmcp_impl"))
+    assert list(own.implements) == implemented
+    host_side = ["centralmcp_acquire_rate_token", "centralmcp_dispatch_read", "centralmcp_find_tool", "centralmcp_read_gate", "centralmcp_resume_cursor"]
+    assert sorted(own.requires + own.optional) == host_side
+    assert set(own.requires + own.optional + own.implements) <= set(SPECS)
+    assert [dict(tool) for tool in own.tools] == [{"name": batch_tool.TOOL_NAME, "capability": "read"}]
+    declared = {entry["env"]: (entry["default"], entry["minimum"], entry.get("maximum")) for entry in own.settings}
+    assert declared == {s.env: (s.default, s.minimum, s.maximum) for s in settings.SETTINGS}
+
+
+def test_the_manifest_ships_with_the_package() -> None:
+    """Inside the wheel when installed, beside the package in a source checkout."""
+    source = Path(manifest.own().source)
+    packaged = Path(centralmcp_batch.__file__).parent / "plugin.toml"
+    assert packaged.is_file() or source == ROOT / "plugin.toml"
+
+
+class NoDispatch:
+    @hookimpl
+    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+        return None
+
+    @hookimpl
+    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+        return None
+
+
+class NoGate(InlineHost):
+    centralmcp_read_gate = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(("host", "hook"), [(NoDispatch(), "centralmcp_dispatch_read"), (NoGate(), "centralmcp_read_gate")])
+def test_a_missing_required_host_hook_is_a_startup_error_naming_it(host: Any, hook: str) -> None:
+    server = _compat.new_server("incomplete")
+    with pytest.raises(HostContractError, match=f"plugin 'batch' requires host hook '{hook}'"):
+        hosting.install(server, host)
+    assert not _compat.has_tool(server, batch_tool.TOOL_NAME)
+
+
+def test_an_implementation_without_a_spec_is_an_error() -> None:
+    class Typo(InlineHost):
+        @hookimpl
+        def centralmcp_find_tools(self, name: str) -> None:  # the spec is centralmcp_find_tool
+            return None
+
+    with pytest.raises(pluggy.PluginValidationError):
+        hosting.install(_compat.new_server("typo"), Typo())
+
+
+def test_every_hookspec_is_documented() -> None:
+    for name in SPECS:
+        doc = getattr(hookspecs, name).__doc__ or ""
+        assert len(doc.strip()) > 40, name
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("schema_version = 2", "schema_version must be 1"),
+        ("schema_version = 1", "missing [plugin] table"),
+        ("not toml = = =", "not valid TOML"),
+        ('schema_version = 1\n[plugin]\nname = "x"\n[hooks]', "'distribution' must be a non-empty string"),
+    ],
+)
+def test_malformed_manifests_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(ManifestError) as refused:
+        manifest.parse(text, "bad.toml")
+    assert str(refused.value).startswith("bad.toml: ") and problem in str(refused.value)

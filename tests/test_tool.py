@@ -1,0 +1,140 @@
+"""The tool as a client meets it: a real in-memory MCP session on the installed SDK line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+
+from centralmcp_batch import HostContractError, _compat, batch_tool, hosting
+from centralmcp_batch.testing import call, sample_host
+
+pytestmark = pytest.mark.anyio
+
+
+async def listed(server: Any) -> _compat.ToolInfo:
+    async with _compat.connect(server) as client:
+        tools = {tool.name: tool for tool in await client.list_tools()}
+    return tools["invoke_read_tool_batch"]
+
+
+async def test_published_annotations_and_description(centralmcp_server: Any) -> None:
+    tool = await listed(centralmcp_server)
+    assert tool.annotations == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
+    assert "bounded concurrency" in tool.description and "sequential" not in tool.description
+
+
+async def test_published_input_schema_states_the_call_object_and_bounds(centralmcp_server: Any) -> None:
+    schema = (await listed(centralmcp_server)).input_schema
+    calls = schema["properties"]["calls"]
+    assert calls["type"] == "array" and calls["minItems"] == 1 and calls["maxItems"] == 25
+    entry = calls["items"]
+    assert set(entry["properties"]) == {"name", "arguments", "id", "cursor"} and entry["required"] == ["name"]
+    assert entry["properties"]["name"]["maxLength"] == 200
+    assert "$ref" not in str(schema)
+    jsonschema.validate({"calls": [{"name": "echo", "id": "a", "arguments": {"q": 1}}]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"calls": []}, schema)
+
+
+async def test_responses_are_structured_and_match_the_output_schema(centralmcp_server: Any) -> None:
+    schema = (await listed(centralmcp_server)).output_schema
+    assert schema is not None and schema["type"] == "object"
+    for arguments in ({"calls": [{"name": "echo", "arguments": {"q": 1}}, {"name": "delete_everything"}]}, {"calls": []}):
+        answer = await call(centralmcp_server, "invoke_read_tool_batch", arguments)
+        assert not answer.is_error
+        jsonschema.validate(answer.structured, schema)
+        assert answer.payload == answer.structured  # the text block is the same JSON
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({}, "calls must be a list"),
+        ({"calls": "echo"}, "calls must be a list"),
+        ({"calls": 42}, "calls must be a list"),
+        ({"calls": []}, "calls must contain at least one entry"),
+        ({"calls": [{"name": "echo"}] * 30}, "calls has 30 entries, exceeding the 25-entry bound"),
+        ({"calls": [{"name": "echo", "id": "a"}, {"name": "slow", "id": "a"}]}, "duplicate call id 'a'"),
+    ],
+)
+async def test_whole_batch_problems_are_a_structured_result_not_a_protocol_error(centralmcp_server: Any, centralmcp_host: Any, arguments: dict[str, Any], error: str) -> None:
+    answer = await call(centralmcp_server, "invoke_read_tool_batch", arguments)
+    assert not answer.is_error
+    assert answer.structured["ok"] is False and answer.structured["error"].startswith(error)
+    assert "results" not in answer.structured
+    assert centralmcp_host.dispatched == []
+
+
+async def test_a_mixed_batch_end_to_end(centralmcp_server: Any, centralmcp_host: Any) -> None:
+    calls = [
+        {"name": "echo", "id": "first", "arguments": {"q": "a"}},
+        {"name": "delete_everything", "id": "write"},
+        {"name": "no_such_tool", "id": "unknown"},
+        {"name": "echo", "id": "paged", "cursor": "echo:page:3"},
+        {"name": "echo", "id": "forged", "cursor": "slow:page:1"},
+        {"name": "echo", "id": "bad", "arguments": "not an object"},
+    ]
+    answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    response = answer.structured
+    assert [item["status"] for item in response["results"]] == ["ok", "blocked", "unknown_tool", "ok", "invalid_cursor", "invalid_call"]
+    assert response["results"][3]["result"] == {"arguments": {}, "page": 3}
+    assert response["failed_ids"] == ["write", "unknown", "forged", "bad"]
+    assert centralmcp_host.tokens == ["echo", "echo"]
+
+
+async def test_progress_one_notification_per_entry(centralmcp_server: Any) -> None:
+    seen: list[tuple[float, Any, Any]] = []
+
+    async def on_progress(progress: float, total: Any, message: Any) -> None:
+        seen.append((progress, total, message))
+
+    calls = [{"name": "slow", "id": f"s{i}", "arguments": {"seconds": 0.01 * i}} for i in range(5)] + [{"name": "x" * 300}]
+    answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls}, progress=on_progress)
+    assert answer.structured["counts"]["total"] == 6
+    with anyio.fail_after(5):
+        while len(seen) < 6:  # notifications may trail the response by a scheduling step
+            await anyio.sleep(0.01)
+    assert [progress for progress, _, _ in seen] == [1, 2, 3, 4, 5, 6]
+    assert {total for _, total, _ in seen} == {6}
+    assert all(isinstance(message, str) and message for _, _, message in seen)
+    assert any("s4" in message for _, _, message in seen)
+
+
+async def test_settings_are_read_per_call(centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = [{"name": "echo", "arguments": {"blob": "b" * 3000}} for _ in range(3)]
+    roomy = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    assert roomy.structured["truncated"] is False
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "4000")
+    tight = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    assert tight.structured["truncated"] is True and len(tight.text.encode()) <= 4000
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "12")  # below the minimum: the default
+    again = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    assert again.structured["truncated"] is False
+
+
+async def test_the_call_timeout_over_mcp(centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS", "0.05")
+    calls = [{"name": "slow", "arguments": {"seconds": 30}}, {"name": "echo"}]
+    with anyio.fail_after(10):
+        answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    first, second = answer.structured["results"]
+    assert first["status"] == "error" and "timed out after 0.05s" in first["error"]
+    assert second["status"] == "ok"
+
+
+def test_minimal_mode_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
+    server = _compat.new_server("minimal")
+    hosting.install(server, sample_host())
+    assert not _compat.has_tool(server, "invoke_read_tool_batch")
+
+
+def test_a_server_that_already_has_the_tool_is_refused() -> None:
+    server = _compat.new_server("twice")
+    hosting.install(server, sample_host())
+    with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch'"):
+        hosting.install(server, sample_host())
+    assert batch_tool.TOOL_NAME == "invoke_read_tool_batch"
