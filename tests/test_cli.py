@@ -1,0 +1,205 @@
+"""The ``centralmcp-batch`` command, run as real subprocesses where it talks MCP."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import anyio
+import pytest
+
+from centralmcp_batch import _compat, cli, hosting, manifest
+from centralmcp_batch.router import demo
+
+# Until the reference router package exists, the commands that build a router cannot run. Keyed on
+# the file, not on an import, so a router that exists but fails to import fails these tests.
+needs_router = pytest.mark.skipif(
+    not (Path(demo.__file__).parent / "__init__.py").is_file(), reason="the reference router (centralmcp_batch.router) is not written yet"
+)
+FAST_DEMO = {**os.environ, demo.LATENCY_ENV: "20"}
+VISIBLE_DEMO = {**os.environ, demo.LATENCY_ENV: "100"}
+
+
+def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "centralmcp_batch", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=FAST_DEMO if env is None else env)
+
+
+# -- argument errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["serve", "--port", "70000"], "invalid port 70000"),
+        (["serve", "--port", "http"], "invalid port 'http'"),
+        (["serve", "--demo", "--port", "8123"], "--host and --port apply to --transport http only"),
+        (["serve", "--demo", "--config", "router.toml"], "not allowed with argument --demo"),
+        (["serve", "--transport", "websocket", "--demo"], "invalid choice: 'websocket'"),
+        (["serve", "--config", "no/such/router.toml"], "router config 'no/such/router.toml' does not exist"),
+        (["plugins", "--config", "no/such/router.toml"], "router config 'no/such/router.toml' does not exist"),
+        (["launch"], "invalid choice: 'launch'"),
+    ],
+)
+def test_argument_errors_exit_2_with_a_clear_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage: centralmcp-batch" in err
+
+
+def test_serve_without_config_names_the_default_and_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve"])
+    assert exited.value.code == 2
+    assert "'router.toml' does not exist (give --config PATH, or --demo" in capsys.readouterr().err
+
+
+def test_python_dash_m_is_the_same_command() -> None:
+    finished = run_cli("--version")
+    assert finished.returncode == 0 and finished.stdout.startswith("centralmcp-batch ")
+
+
+# -- plugins --------------------------------------------------------------------------
+
+
+@needs_router
+def test_plugins_names_the_batch_plugin_satisfied() -> None:
+    finished = run_cli("plugins")
+    assert finished.returncode == 0, finished.stderr
+    first = finished.stdout.splitlines()[0]
+    assert first.startswith("batch  (centralmcp-batch ") and first.endswith("satisfied")
+    assert "tools:       invoke_read_tool_batch (read)" in finished.stdout
+    assert "requires:    centralmcp_find_tool, centralmcp_read_gate, centralmcp_dispatch_read" in finished.stdout
+
+
+@needs_router
+def test_plugins_json_carries_the_manifest() -> None:
+    finished = run_cli("plugins", "--json")
+    assert finished.returncode == 0, finished.stderr
+    reports = {report["name"]: report for report in json.loads(finished.stdout)}
+    batch = reports["batch"]
+    own = manifest.own()
+    assert batch["satisfied"] is True and batch["missing"] == []
+    assert batch["distribution"] == "centralmcp-batch"
+    assert batch["manifest"]["requires"] == list(own.requires)
+    assert batch["manifest"]["tools"] == [{"name": "invoke_read_tool_batch", "capability": "read"}]
+
+
+def test_an_unsatisfied_plugin_is_reported_with_what_it_misses() -> None:
+    report = hosting.PluginReport("batch", "centralmcp-batch", manifest.own(), ("centralmcp_read_gate",))
+    text = cli._report_text(report)
+    assert text.splitlines()[0].endswith("NOT satisfied: missing centralmcp_read_gate")
+    assert cli._report_json(report)["satisfied"] is False
+
+
+# -- demo -----------------------------------------------------------------------------
+
+
+@needs_router
+def test_demo_runs_end_to_end_and_exits_0() -> None:
+    finished = run_cli("demo", env=VISIBLE_DEMO)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    out = finished.stdout
+    assert "find_tool(query='device health', top_k=3):" in out and "get_device_health" in out
+    for call in cli.demo_calls():
+        assert call.name in out
+    rows = {line.split()[1]: line for line in out.splitlines() if line.strip()[:1].isdigit()}
+    assert "blocked" in rows["reboot"] and "unknown_tool" in rows["vlans"] and "next_cursor" in rows["clients"]
+    assert "progress 9/9" in out
+    ratio = next(line for line in out.splitlines() if line.startswith("Ratio sequential / batch:"))
+    # 7 reads of 100 ms, 4 at a time (about 0.2 s), against 7 round trips (about 0.7 s): a wide margin.
+    assert float(ratio.split()[-1].rstrip("x")) > 1.5
+
+
+def test_demo_fails_clearly_when_the_router_cannot_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = _compat.StdioServerParameters(command=sys.executable, args=["-c", "import sys; sys.exit(3)"])
+    monkeypatch.setattr(cli, "router_command", lambda: broken)
+    assert cli.main(["demo"]) == 1
+    assert "centralmcp-batch: error: the demo failed" in capsys.readouterr().err
+
+
+# -- serve ----------------------------------------------------------------------------
+
+
+def serve_demo_stdio() -> _compat.StdioServerParameters:
+    return _compat.StdioServerParameters(
+        command=sys.executable, args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"], env=FAST_DEMO
+    )
+
+
+@needs_router
+@pytest.mark.anyio
+async def test_serve_demo_over_stdio_with_a_real_client() -> None:
+    async with _compat.connect(serve_demo_stdio()) as client:
+        names = {tool.name for tool in await client.list_tools()}
+        assert {"find_tool", "invoke_read_tool", "invoke_read_tool_batch"} <= names
+        assert not names & {"list_sites", "reboot_device"}  # backends stay behind the router
+        calls = [{"id": "sites", "name": "list_sites"}, {"id": "wipe", "name": "delete_site", "arguments": {"site_id": "site-sjc"}}]
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
+        assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
+        assert response["results"][0]["server"] == "inventory"
+        assert len(response["results"][0]["result"]["sites"]) == len(demo.SITES)
+        after = (await client.call_tool("invoke_read_tool", {"name": "list_sites"})).payload
+        assert len(after["sites"]) == len(demo.SITES)  # the blocked delete changed nothing
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@needs_router
+@pytest.mark.anyio
+async def test_serve_demo_over_http() -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--demo", "--transport", "http", "--port", str(port), "--log-level", "warning"]
+    process = subprocess.Popen(command, env=FAST_DEMO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        await wait_for_port(port, process)
+        async with _compat.connect(f"http://127.0.0.1:{port}/mcp") as client:
+            found = await client.call_tool("find_tool", {"query": "wireless clients", "top_k": 3})
+            assert "list_clients" in json.dumps(found.payload)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        process.stderr.close()  # type: ignore[union-attr]
+
+
+async def wait_for_port(port: int, process: subprocess.Popen[Any], seconds: float = 30) -> None:
+    with anyio.fail_after(seconds):
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"the server exited early: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return
+            except OSError:
+                await anyio.sleep(0.1)
+
+
+def test_demo_checks_name_every_surprise() -> None:
+    calls = cli.demo_calls()
+    results = [{"id": call.id, "status": call.expected, "result": {"clients": []} if call.id == "clients" else {}} for call in calls]
+    results[0]["status"] = "blocked"  # a read the gate should have let through
+    problems = cli._batch_problems({"results": results}, calls)
+    assert problems == [
+        "call 'sites' (list_sites) was 'blocked', expected 'ok'",
+        "list_clients came back whole: the router did not clip it to a page with a next_cursor",
+    ]
+
+
+def test_result_summaries_are_short_and_say_what_came_back() -> None:
+    clipped = {"status": "ok", "result": {"clients": [{}] * 200, "total": 432, "next_cursor": "abc"}}
+    assert cli._summary(clipped) == "200 of 432 clients + next_cursor"
+    assert cli._summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}}) == 'serial="CN00A000" cpu_percent=35'
+    assert cli._summary({"status": "error", "error": "x" * 100}, width=20) == "x" * 17 + "..."
