@@ -25,7 +25,7 @@ if SDK_MAJOR >= 2:
 else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client import streamable_http as _http_1x
     from mcp.server.fastmcp import Context, FastMCP as Server
     from mcp.server.fastmcp.exceptions import ToolError
     from mcp.shared.memory import create_connected_server_and_client_session
@@ -219,7 +219,9 @@ async def _connect_1x(target: Any) -> AsyncIterator[Any]:  # pragma: no cover - 
         async with create_connected_server_and_client_session(target._mcp_server) as session:
             yield session
         return
-    transport = stdio_client(target) if isinstance(target, StdioServerParameters) else streamablehttp_client(target)
+    # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
+    http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
+    transport = stdio_client(target) if isinstance(target, StdioServerParameters) else http_client(target)
     async with transport as streams:
         async with ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
