@@ -14,6 +14,8 @@ from datetime import timedelta
 from importlib.metadata import version
 from typing import Any, Callable, Optional
 
+import anyio
+
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
 
@@ -191,8 +193,26 @@ class ClientHandle:
         timeout: Optional[float] = None,
     ) -> Answer:
         wait = None if timeout is None else (timeout if SDK_MAJOR >= 2 else timedelta(seconds=timeout))
-        result = await self.session.call_tool(name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress)
+        request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
+        try:
+            result = await self.session.call_tool(name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress)
+        except anyio.get_cancelled_exc_class():
+            if SDK_MAJOR < 2:  # 2.x tells the server when a request is abandoned; 1.x does not
+                with anyio.CancelScope(shield=True):
+                    await _send_cancelled(self.session, request_id)
+            raise
         return read_result(result)
+
+
+async def _send_cancelled(session: Any, request_id: Any) -> None:  # pragma: no cover - SDK 1.x leg
+    from mcp import types
+
+    params = types.CancelledNotificationParams(requestId=request_id, reason="the client abandoned the request")
+    notification = types.ClientNotification(types.CancelledNotification(params=params))
+    try:
+        await session.send_notification(notification)
+    except Exception:  # the session may already be closing; the server then cancels on its own
+        pass
 
 
 def _tool_info(tool: Any) -> ToolInfo:

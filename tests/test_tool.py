@@ -138,3 +138,30 @@ def test_a_server_that_already_has_the_tool_is_refused() -> None:
     with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch'"):
         hosting.install(server, sample_host())
     assert batch_tool.TOOL_NAME == "invoke_read_tool_batch"
+
+
+async def test_a_client_that_cancels_stops_every_call_in_flight_and_dispatches_no_more(centralmcp_server: Any, centralmcp_host: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "3")
+    state = {"started": 0, "cancelled": 0}
+
+    async def hang(resume: Any = None) -> None:
+        state["started"] += 1
+        try:
+            await anyio.sleep(60)
+        finally:
+            state["cancelled"] += 1
+
+    centralmcp_host.add("hang", hang)
+    async with _compat.connect(centralmcp_server) as client:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(client.call_tool, "invoke_read_tool_batch", {"calls": [{"name": "hang"}] * 12})
+            with anyio.fail_after(10):
+                while state["started"] < 3:
+                    await anyio.sleep(0.01)
+            tasks.cancel_scope.cancel()
+        with anyio.fail_after(10):
+            while state["cancelled"] < 3:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.3)  # room for any further dispatch to show itself
+    assert state == {"started": 3, "cancelled": 3}
+    assert len(centralmcp_host.dispatched) == 3
