@@ -46,3 +46,13 @@ def test_every_batch_setting_is_in_the_configuration_section() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     assert "-e '.[test]'" in ci and "pytest" in ci and "mcp>=1.28,<2" in ci
+
+
+def test_every_environment_variable_the_package_reads_is_documented() -> None:
+    package = Path(__file__).resolve().parents[1] / "centralmcp_batch"
+    named = set()
+    for source in package.rglob("*.py"):
+        named |= set(re.findall(r"\"(CENTRALMCP_[A-Z0-9_]+)\"", source.read_text()))
+    configuration = section("Configuration")
+    missing = sorted(name for name in named if f"`{name}`" not in configuration)
+    assert not missing, missing
