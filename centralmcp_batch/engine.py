@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager as AsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Union
 
@@ -65,21 +65,15 @@ class Guards:
         self.dispatched = False
         self._caps = server_caps if server_caps is not None else {}
 
-    @asynccontextmanager
-    async def server_slot(self, tool: ToolRef):  # type: ignore[no-untyped-def]
+    def server_slot(self, tool: ToolRef) -> AsyncContextManager[Any]:
+        # Plain context managers, not generator-based ones: this is on every entry's path.
         cap = self._cap_for(tool)
-        if cap is None:
-            yield
-            return
-        async with cap:
-            yield
+        return nullcontext() if cap is None else cap
 
-    @contextmanager
-    def dispatching(self) -> Iterator[anyio.CancelScope]:
-        """Mark the entry as sent to its backend and bound that call by the call timeout."""
+    def dispatching(self) -> anyio.CancelScope:
+        """Mark the entry as sent to its backend; enter the scope returned to bound that call by the call timeout."""
         self.dispatched = True
-        with anyio.move_on_after(self.call_timeout) as scope:
-            yield scope
+        return anyio.move_on_after(self.call_timeout)
 
     def _cap_for(self, tool: ToolRef) -> Optional[anyio.Semaphore]:
         if not tool.concurrency or tool.concurrency < 1:
@@ -250,24 +244,30 @@ class _Run:
         caps: dict[Any, anyio.Semaphore] = {}
         self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
         self.max_bytes = max(1024, settings.response_max_bytes // n)
-        self.slots = anyio.CapacityLimiter(settings.concurrency)
         self.progress_lock = anyio.Lock()
         self.done = 0
 
     async def run_all(self) -> None:
+        # ``concurrency`` workers take the valid entries in call order: the same bound as one
+        # task per entry behind a limiter, without paying for a task and a limiter per entry.
+        valid = [entry for entry in self.entries if isinstance(entry, ValidCall)]
+        pending = iter(valid)
         with anyio.move_on_after(self.settings.batch_timeout):
             async with anyio.create_task_group() as tasks:
+                for _ in range(min(self.settings.concurrency, len(valid))):
+                    tasks.start_soon(self.work_through, pending)
                 for entry in self.entries:
                     if isinstance(entry, InvalidCall):
                         await self.finish(entry.index, make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)), 0.0)
-                    else:
-                        tasks.start_soon(self.run_one, entry)
         await self.report_deadline()
 
+    async def work_through(self, pending: Iterator[ValidCall]) -> None:
+        for call in pending:
+            await self.run_one(call)
+
     async def run_one(self, call: ValidCall) -> None:
-        async with self.slots:
-            started = time.perf_counter()
-            outcome = await self.read(call)
+        started = time.perf_counter()
+        outcome = await self.read(call)
         server = outcome.tool.server if outcome.tool else None
         await self.finish(call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started)
 

@@ -9,12 +9,13 @@ import pluggy
 from . import batch_tool
 from .hookspecs import hookimpl
 from .host import HostHooks
-from .settings import router_mode
+from .settings import registers_in_minimal_mode, router_mode
 
 
 @hookimpl
 def centralmcp_register_tools(server: Any, pluginmanager: pluggy.PluginManager) -> None:
-    # The host's minimal mode publishes only find_tool, invoke_read_tool and invoke_tool.
-    if router_mode() == "minimal":
+    # The host's minimal mode publishes only find_tool, invoke_read_tool and invoke_tool,
+    # unless the host adopted the batch explicitly (adapters.centralmcp.adopt).
+    if router_mode() == "minimal" and not registers_in_minimal_mode():
         return
     batch_tool.register(server, HostHooks(pluginmanager))

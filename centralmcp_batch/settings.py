@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Optional
 
@@ -71,3 +73,20 @@ class BatchSettings:
 def router_mode(environ: Optional[Mapping[str, str]] = None) -> str:
     env = os.environ if environ is None else environ
     return env.get(ROUTER_MODE, "").strip().lower()
+
+
+_ADOPTED = ContextVar("centralmcp_batch_adopted", default=False)
+
+
+@contextmanager
+def adopted_explicitly() -> Iterator[None]:
+    """Within: a host asked for the batch by name, so minimal mode does not hold it back."""
+    token = _ADOPTED.set(True)
+    try:
+        yield
+    finally:
+        _ADOPTED.reset(token)
+
+
+def registers_in_minimal_mode() -> bool:
+    return _ADOPTED.get()

@@ -51,9 +51,10 @@ class InlineHost:
     @hookimpl
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
         expected = f"{tool.name}:page:"
-        if not cursor.startswith(expected):
+        page = cursor[len(expected):]
+        if not cursor.startswith(expected) or not page.isdigit():
             raise InvalidCursor("cursor was not issued for this tool")
-        return int(cursor[len(expected):])
+        return int(page)
 
     @hookimpl
     async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:

@@ -1,0 +1,207 @@
+"""The CentralMCP host glue against a faithful stand-in of its tool router module."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from centralmcp_batch import HostContractError, _compat, batch_tool
+from centralmcp_batch.adapters import centralmcp
+from centralmcp_batch.testing import HostConformance, call
+from standins import monitoring_backend
+
+pytestmark = pytest.mark.anyio
+
+STANDIN = Path(__file__).parent / "standins" / "centralmcp_router.py"
+_fresh = itertools.count()
+
+
+def load_router(monkeypatch: pytest.MonkeyPatch, mode: str = "default") -> ModuleType:
+    """A fresh copy of the stand-in router, imported under ``CENTRALMCP_ROUTER_MODE=mode``."""
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", mode)
+    spec = importlib.util.spec_from_file_location(f"standin_router_{next(_fresh)}", STANDIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monitoring_backend.calls.clear()
+    return module
+
+
+class Tokens:
+    """A rate gate as the router's operator installs one: it counts what it is awaited for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self) -> None:
+        self.count += 1
+
+
+@pytest.fixture
+def router(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_router(monkeypatch, "minimal")
+
+
+@pytest.fixture
+def tokens(router: ModuleType) -> Tokens:
+    gate = Tokens()
+    router.set_dispatch_rate_gate(gate)
+    return gate
+
+
+@pytest.fixture
+def adopted(router: ModuleType, tokens: Tokens) -> ModuleType:
+    centralmcp.adopt(router)
+    return router
+
+
+async def batch(router: ModuleType, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    answer = await call(router.mcp, "invoke_read_tool_batch", {"calls": calls})
+    assert not answer.is_error, answer.text
+    return answer.structured
+
+
+def refusal(name: str) -> str:
+    return f"Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+
+
+async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: ModuleType) -> None:
+    hooks = centralmcp.CentralMCPHooks(router)
+    ref = hooks.centralmcp_find_tool(name="list_devices")
+    assert (ref.name, ref.server, ref.read_only) == ("list_devices", "aruba-monitoring", True)
+    assert ref.annotations["idempotentHint"] is True
+    assert hooks.centralmcp_find_tool(name="reboot_device").annotations["destructiveHint"] is True
+    assert hooks.centralmcp_find_tool(name="list_sites").server == "aruba-config"
+    assert hooks.centralmcp_find_tool(name="no_such_tool") is None
+    assert set(router._tool_index) == {"list_devices", "get_device", "ping_device", "list_sites", "rename_site", "reboot_device"}
+
+
+async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_message(adopted: ModuleType, tokens: Tokens) -> None:
+    names = ["rename_site", "reboot_device", "ping_device"]
+    response = await batch(adopted, [{"name": n, "arguments": {"serial": "x", "site_id": "hq", "name": "y"}} for n in names])
+    assert [(i["status"], i["error"]) for i in response["results"]] == [("blocked", refusal(n)) for n in names]
+    assert [i["server"] for i in response["results"]] == ["aruba-config", "aruba-config", "aruba-monitoring"]
+    single = await call(adopted.mcp, "invoke_read_tool", {"name": "ping_device", "arguments": {"serial": "x"}})
+    assert single.payload["error"] == refusal("ping_device")  # the router's own gate says the same
+    assert monitoring_backend.calls == [] and tokens.count == 0
+
+
+async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: ModuleType) -> None:
+    single = (await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})).payload
+    assert single["_response_bounds"]["resumable"] is True and len(single["devices"]) == 200
+    first = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]["result"]
+    assert first["devices"] == single["devices"]
+    calls = [
+        {"id": "from-single", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": single["next_cursor"]},
+        {"id": "from-batch", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": first["next_cursor"]},
+    ]
+    results = (await batch(adopted, calls))["results"]
+    for item in results:
+        assert item["status"] == "ok"
+        assert item["result"]["devices"][0]["serial"] == "SN00200" and item["result"]["_pagination"]["offset"] == 200
+    third = results[0]["result"]["next_cursor"]
+    last = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": third}]))["results"][0]["result"]
+    assert [d["serial"] for d in last["devices"]] == [f"SN{i:05d}" for i in range(400, 450)] and "next_cursor" not in last
+
+
+async def test_a_cursor_for_other_arguments_or_tampered_is_invalid_and_never_dispatched(adopted: ModuleType, tokens: Tokens) -> None:
+    first = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]["result"]
+    before = (tokens.count, len(monitoring_backend.calls))
+    cursor = first["next_cursor"]
+    calls = [
+        {"name": "list_devices", "arguments": {"site_id": "branch"}, "cursor": cursor},
+        {"name": "get_device", "arguments": {"serial": "x"}, "cursor": cursor},
+        {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")},
+    ]
+    results = (await batch(adopted, calls))["results"]
+    assert [(i["status"], i["error"]) for i in results] == [
+        ("invalid_cursor", "cursor does not match the requested arguments"),
+        ("invalid_cursor", "cursor does not match the requested tool"),
+        ("invalid_cursor", "cursor signature is invalid (tampered, or the server process restarted)"),
+    ]
+    assert (tokens.count, len(monitoring_backend.calls)) == before
+
+
+async def test_exactly_one_router_token_per_backend_call_as_its_single_reads_draw(adopted: ModuleType, tokens: Tokens) -> None:
+    for _ in range(2):
+        await call(adopted.mcp, "invoke_read_tool", {"name": "get_device", "arguments": {"serial": "a"}})
+    assert tokens.count == 2
+    calls = [{"name": "get_device", "arguments": {"serial": f"s{i}"}} for i in range(4)]
+    calls += [{"name": "reboot_device", "arguments": {"serial": "x"}}, {"name": "nope"}, {"name": 7}, {"name": "list_sites"}]
+    response = await batch(adopted, calls)
+    assert [i["status"] for i in response["results"]] == ["ok"] * 4 + ["blocked", "unknown_tool", "invalid_call", "ok"]
+    assert tokens.count == len(monitoring_backend.calls) == 2 + 5
+
+
+async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(adopted: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "8192")
+    calls = [{"name": "list_devices", "arguments": {"site_id": "hq", "count": 150}}, {"name": "get_device", "arguments": {"serial": "a"}}]
+    response = await batch(adopted, calls)
+    page = response["results"][0]["result"]
+    bounds = page["_response_bounds"]
+    assert bounds["reason"] == "byte_budget" and bounds["byte_limit"] == 4096 and bounds["resumable"] is True
+    assert len(json.dumps({k: v for k, v in page.items() if k != "_response_bounds"})) <= 4096 + 400
+    assert 0 < len(page["devices"]) < 150 and response["results"][1]["result"] == {"serial": "a", "status": "up"}
+
+
+async def test_a_router_bounding_without_max_bytes_is_called_without_it(router: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = router._bound_router_response
+
+    def older(result: Any, *, offset: int = 0, enable_cursor: bool = False, tool_name: Any = None, tool_arguments: Any = None) -> Any:
+        return own(result, offset=offset, enable_cursor=enable_cursor, tool_name=tool_name, tool_arguments=tool_arguments)
+
+    monkeypatch.setattr(router, "_bound_router_response", older)
+    centralmcp.adopt(router)
+    item = (await batch(router, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]
+    assert item["status"] == "ok" and item["result"]["_response_bounds"]["byte_limit"] == 200_000
+
+
+async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(router: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delattr(router, "set_dispatch_rate_gate")
+    with caplog.at_level(logging.WARNING, logger=centralmcp.__name__):
+        pm = centralmcp.adopt(router)
+    assert "has no set_dispatch_rate_gate" in caplog.text
+    assert pm.hook.centralmcp_acquire_rate_token.get_hookimpls() == []
+    assert (await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}]))["ok"] is True
+
+
+async def test_adopt_refuses_a_router_that_already_has_the_tool_and_replace_takes_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    router = load_router(monkeypatch, "default")
+    assert _compat.has_tool(router.mcp, "invoke_read_tool_batch")
+    with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch'; pass replace=True"):
+        centralmcp.adopt(router)
+    centralmcp.adopt(router, replace=True)
+    published = {t.name: t for t in _compat.server_tools(router.mcp)}["invoke_read_tool_batch"]
+    assert published.description == batch_tool.DESCRIPTION
+    response = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}])
+    assert response["counts"] == {"total": 1, "succeeded": 1, "failed": 0}
+
+
+def test_adopt_in_minimal_mode_registers_while_plain_install_still_does_not(router: ModuleType) -> None:
+    assert not _compat.has_tool(router.mcp, "invoke_read_tool_batch")
+    centralmcp.adopt(router)
+    assert _compat.has_tool(router.mcp, "invoke_read_tool_batch")
+    from centralmcp_batch import hosting
+
+    other = _compat.new_server("plain")
+    hosting.install(other, *centralmcp.host_plugins(router))
+    assert not _compat.has_tool(other, "invoke_read_tool_batch")
+
+
+class TestCentralMCPRouterConforms(HostConformance):
+    read_tool = "get_device"
+    write_tool = "reboot_device"
+    read_arguments = {"serial": "SN1"}
+
+    @pytest.fixture
+    def host_plugins(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+        # The kit installs on a server of its own, so the router's built-in batch does not clash.
+        router = load_router(monkeypatch, "default")
+        router.set_dispatch_rate_gate(Tokens())
+        return centralmcp.host_plugins(router)
