@@ -221,7 +221,6 @@ async def test_a_remote_stdio_backend_dying_mid_batch(monkeypatch: pytest.Monkey
 # -- a backend that rejects its arguments ---------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="router passes the SDK's validation error through verbatim; it quotes input_value=<the arguments>")
 async def test_a_backend_argument_error_through_the_router_echoes_no_argument_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
     secret = "zq7SECRET-value"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Optional
@@ -137,7 +138,7 @@ class Router:
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
-            return {"error": answer.text or "the tool reported an error"}
+            return {"error": without_input_values(answer.text) or "the tool reported an error"}
         bounds = Bounds(self.max_items, max_bytes or self.max_bytes)
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
@@ -170,6 +171,14 @@ class Router:
         if outcome.status == "ok":
             return outcome.result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
+
+
+_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.S)
+
+
+def without_input_values(text: str) -> str:
+    """A backend's error without the argument values the SDK's validation errors quote."""
+    return _INPUT_VALUE.sub("input_value=<hidden>", text)
 
 
 class RouterHooks:
