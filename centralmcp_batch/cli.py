@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--config", metavar="PATH", help="check against the router of this TOML config (default: the demo router)")
     plugins.add_argument("--json", action="store_true", help="print machine-readable JSON")
     plugins.set_defaults(parser=plugins)
+
+    bench = commands.add_parser("bench", help="measure the batch against one call at a time and the ideal (see --help)", add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of python -m centralmcp_batch.bench")
     return parser
 
 
@@ -79,6 +82,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _serve(args.parser, args)
     if args.command == "demo":
         return _demo()
+    if args.command == "bench":
+        from . import bench
+
+        return bench.main(args.bench_args)
     return _plugins(args.parser, args)
 
 
