@@ -130,9 +130,11 @@ def parse_entry(index: int, raw: Any) -> Entry:
     if call_id is None:
         call_id = str(index)
     name = raw.get("name")
-    echo = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS else None
+    echo = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS and _is_utf8(name) else None
     if not isinstance(call_id, str) or not call_id:
         return InvalidCall(index, None, echo, "id must be a non-empty string")
+    if not _is_utf8(call_id):
+        return InvalidCall(index, None, echo, "id must be valid Unicode text")
     if len(call_id) > MAX_ID_CHARS:
         return InvalidCall(index, None, echo, f"id must be at most {MAX_ID_CHARS} characters")
     problem = _name_problem(name) or _arguments_problem(raw.get("arguments"))
@@ -148,7 +150,18 @@ def _name_problem(name: Any) -> Optional[str]:
         return "name must be a non-empty string"
     if len(name) > MAX_NAME_CHARS:
         return f"name must be at most {MAX_NAME_CHARS} characters"
+    if not _is_utf8(name):
+        return "name must be valid Unicode text"
     return None
+
+
+def _is_utf8(text: str) -> bool:
+    """False for text with lone surrogates, which no JSON on the wire can carry."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _arguments_problem(arguments: Any) -> Optional[str]:
@@ -252,13 +265,14 @@ class _Run:
         # task per entry behind a limiter, without paying for a task and a limiter per entry.
         valid = [entry for entry in self.entries if isinstance(entry, ValidCall)]
         pending = iter(valid)
+        # Invalid entries are answered before the deadline starts, so it can only reach valid ones.
+        for entry in self.entries:
+            if isinstance(entry, InvalidCall):
+                await self.finish(entry.index, make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)), 0.0)
         with anyio.move_on_after(self.settings.batch_timeout):
             async with anyio.create_task_group() as tasks:
                 for _ in range(min(self.settings.concurrency, len(valid))):
                     tasks.start_soon(self.work_through, pending)
-                for entry in self.entries:
-                    if isinstance(entry, InvalidCall):
-                        await self.finish(entry.index, make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)), 0.0)
         await self.report_deadline()
 
     async def work_through(self, pending: Iterator[ValidCall]) -> None:

@@ -37,6 +37,8 @@ async def read_one(
         tool = await hooks.find_tool(name)
         if tool is None:
             return Outcome("unknown_tool", error=unknown_tool_message(name))
+        if not isinstance(tool, ToolRef):
+            return Outcome("error", error=f"TypeError: centralmcp_find_tool answered a {type(tool).__name__}, not a ToolRef")
         refusal = await hooks.read_gate(tool)
         if refusal is not None:
             return Outcome("blocked", tool, error=refusal)
