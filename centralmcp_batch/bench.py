@@ -1,8 +1,17 @@
-"""Benchmark of invoke_read_tool_batch: the batch against one call at a time and against the ideal, as ratios.
+"""The benchmark: what one batch saves over single calls, in wall time, measured side by side.
 
-``python -m centralmcp_batch.bench [--quick] [--json PATH] [--repeat N]`` (or ``centralmcp-batch bench``).
-Every figure is the median of ``--repeat`` runs (after one unmeasured warm-up) with min and max;
-each comparison is measured side by side in the same run.
+``python -m centralmcp_batch.bench [--quick] [--json PATH] [--repeat N]`` prints markdown tables
+and writes the same figures as JSON. Every figure is the median of ``--repeat`` rounds with their
+min and max; within a round the variants being compared run one after the other, so a ratio is
+always taken between runs that shared the machine's state at that moment.
+
+Scenarios: latency-bound backends (``latency``), the router over stdio and streamable HTTP
+(``transport``), the batch's own cost (``overhead``), the response budget (``budget``) and
+concurrent HTTP clients (``load``). The router's rate limiter is set to 1,000,000 calls/s here
+(``CENTRALMCP_ROUTER_RATE_PER_SECOND``) so that it does not dominate what is measured.
+
+``--serve-router stdio|http`` is the subprocess the transport and load scenarios start: the
+reference router over one in-process backend whose ``wait`` tool sleeps as long as it is told.
 """
 
 from __future__ import annotations
@@ -12,295 +21,684 @@ import json
 import logging
 import math
 import os
-import socket
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any, Callable, Optional
 
 import anyio
 
-from centralmcp_batch import _compat, batch_tool, budget, engine
+from . import _compat, batch_tool, budget, engine, hosting, settings
+from .host import HostHooks
+from .models import Outcome
+from .testing import InlineHost
 
-LATENCY_ENV = "CENTRALMCP_BENCH_LATENCY_MS"
-READ = {"readOnlyHint": True}
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
+RATE_ENV = "CENTRALMCP_ROUTER_RATE_PER_SECOND"
+UNLIMITED_RATE = "1000000"
+BATCH_TOOL = batch_tool.TOOL_NAME
+SIZES = (1, 5, 10, 25)
+CONCURRENCIES = (1, 4, 8)
+TRANSPORT_CONCURRENCY = 8
+LOAD_CLIENTS = (1, 8, 32)
+ROW_BYTES = 100  # one generated row of a large result, as compact JSON
 
 
-def bench_backend() -> Any:
-    """A backend whose ``wait`` tool sleeps ``CENTRALMCP_BENCH_LATENCY_MS`` and echoes its argument."""
-    seconds = float(os.environ.get(LATENCY_ENV, "0")) / 1000
-    server = _compat.new_server("bench")
+class BenchError(RuntimeError):
+    """A run answered wrongly: its timing would mean nothing, so the benchmark stops."""
 
-    async def wait(i: int = 0) -> dict[str, Any]:
-        if seconds:
-            await anyio.sleep(seconds)
-        return {"i": i}
 
-    _compat.add_tool(server, wait, name="wait", description="Wait the configured latency and echo i.", annotations=READ)
+@dataclass(frozen=True)
+class Plan:
+    """How big a run is: the full one publishes figures, the quick one only proves it runs."""
+
+    repeat: int
+    latency: float
+    sizes: tuple[int, ...]
+    budget_kb: tuple[int, ...]
+    sample_seconds: float  # each overhead sample loops until it has taken at least this long
+    load_seconds: float
+    load_clients: tuple[int, ...]
+    scenarios: tuple[str, ...]
+
+    @property
+    def largest(self) -> int:
+        return max(self.sizes)
+
+
+SCENARIOS = ("latency", "transport", "overhead", "budget", "load")
+
+
+def make_plan(quick: bool, repeat: Optional[int], scenarios: Sequence[str]) -> Plan:
+    if quick:
+        return Plan(repeat or 1, 0.01, (1, 5), (40, 80), 0.002, 0.3, (1, 2), tuple(scenarios))
+    return Plan(repeat or 5, 0.05, SIZES, (50, 100, 200, 400), 0.05, 3.0, LOAD_CLIENTS, tuple(scenarios))
+
+
+# -- figures --------------------------------------------------------------------------
+
+
+def summary(samples: Sequence[float], scale: float = 1.0) -> dict[str, float]:
+    values = [sample * scale for sample in samples]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
+
+
+def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Round-by-round ratios: each pair was measured in the same round."""
+    return [top / bottom for top, bottom in zip(numerators, denominators)]
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Nearest-rank percentile: a value that was actually observed."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+Run = Callable[[], Awaitable[Any]]
+
+
+async def rounds(variants: Mapping[str, Run], repeat: int, inner: Optional[Mapping[str, int]] = None) -> dict[str, list[float]]:
+    """Seconds per run of each variant, ``repeat`` rounds, the variants interleaved in each round."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, run in variants.items():
+            times = (inner or {}).get(name, 1)
+            started = time.perf_counter()
+            for _ in range(times):
+                await run()
+            samples[name].append((time.perf_counter() - started) / times)
+    return samples
+
+
+async def loops_for(run: Run, seconds: float) -> int:
+    """How many runs make one sample of at least ``seconds`` (one warm-up run decides)."""
+    started = time.perf_counter()
+    await run()
+    once = max(time.perf_counter() - started, 1e-7)
+    return max(1, math.ceil(seconds / once))
+
+
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for a block and restore what was there."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def concurrency(value: int) -> AbstractContextManager[None]:
+    return environment(**{settings.CONCURRENCY: str(value)})
+
+
+# -- backends and checks --------------------------------------------------------------
+
+
+async def wait(seconds: float = 0.0, tag: str = "") -> dict[str, Any]:
+    """The benchmark's backend tool: sleeps ``seconds`` (none at 0) and echoes ``tag``."""
+    if seconds > 0:
+        await anyio.sleep(seconds)
+    return {"tag": tag, "slept": seconds}
+
+
+def backend_server() -> Any:
+    server = _compat.new_server("bench-backend")
+    _compat.add_tool(server, wait, name="wait", description="Sleep, then echo the tag.", annotations={"readOnlyHint": True})
     return server
 
 
-def _router(latency_ms: float) -> Any:
-    os.environ["CENTRALMCP_ROUTER_RATE_PER_SECOND"] = "1000000"  # the limiter would dominate otherwise
-    os.environ[LATENCY_ENV] = str(latency_ms)
-    from centralmcp_batch.router import Router
+def build_router() -> Any:
+    from .router import Router
 
-    return Router({"bench": bench_backend()})
-
-
-def _calls(n: int) -> list[dict[str, Any]]:
-    return [{"name": "wait", "arguments": {"i": i}} for i in range(n)]
+    with environment(**{RATE_ENV: UNLIMITED_RATE}):  # read once, when the router is built
+        return Router({"bench": backend_server()})
 
 
-def _check(response: dict[str, Any], n: int) -> None:
-    got = [item["result"]["i"] for item in response["results"] if item["status"] == "ok"]
-    if got != list(range(n)):
-        raise RuntimeError(f"lost or reordered entries: {got}")
+def wait_calls(n: int, seconds: float, prefix: str = "e") -> list[dict[str, Any]]:
+    return [{"name": "wait", "id": f"{prefix}{i}", "arguments": {"seconds": seconds, "tag": f"{prefix}{i}"}} for i in range(n)]
 
 
-def _stats(samples: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+def misplaced(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(lost, reordered): entries without an ok answer, and answers not at their call's place."""
+    results = list(response.get("results") or [])
+    lost = max(0, len(calls) - len(results))
+    reordered = 0
+    for call, item in zip(calls, results):
+        if item.get("status") != "ok":
+            lost += 1
+        elif item.get("id") != call["id"] or (item.get("result") or {}).get("tag") != call["arguments"]["tag"]:
+            reordered += 1
+    return lost, reordered
 
 
-async def _timed(action: Callable[[], Awaitable[Any]], repeat: int) -> dict[str, float]:
-    await action()  # warm-up, not measured
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        await action()
-        samples.append(time.perf_counter() - start)
-    return _stats(samples)
+def check_batch(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> None:
+    lost, reordered = misplaced(response, calls)
+    if lost or reordered or not response.get("ok"):
+        raise BenchError(f"a batch of {len(calls)} answered wrongly ({lost} lost, {reordered} reordered): {str(response)[:300]}")
 
 
-async def latency_bound(sizes: list[int], latency_ms: float, repeat: int) -> list[dict[str, Any]]:
-    router, rows = _router(latency_ms), []
-    async with _compat.connect(router.server) as client:
-        for n in sizes:
-            async def singles(n: int = n) -> None:
-                for i in range(n):
-                    await client.call_tool("invoke_read_tool", {"name": "wait", "arguments": {"i": i}})
-
-            rows.append({"n": n, "mode": "singles", "wall_s": await _timed(singles, repeat)})
-            for c in (1, 4, 8):
-                os.environ["CENTRALMCP_ROUTER_BATCH_CONCURRENCY"] = str(c)
-
-                async def one_batch(n: int = n) -> None:
-                    _check(await batch_tool.run(router.hooks, _calls(n)), n)
-
-                wall = await _timed(one_batch, repeat)
-                ideal = math.ceil(n / c) * latency_ms / 1000
-                rows.append({"n": n, "mode": f"batch c={c}", "wall_s": wall, "ideal_s": ideal, "efficiency": ideal / wall["median"]})
-    for row in rows:
-        base = next(r for r in rows if r["n"] == row["n"] and r["mode"] == "batch c=1")
-        row["speedup_vs_c1"] = base["wall_s"]["median"] / row["wall_s"]["median"]
-    os.environ.pop("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", None)
-    return rows
+async def mcp_batch(client: _compat.ClientHandle, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    answer = await client.call_tool(BATCH_TOOL, {"calls": calls}, timeout=120)
+    if answer.is_error or not isinstance(answer.structured, dict):
+        raise BenchError(f"{BATCH_TOOL} failed: {answer.text[:300]}")
+    return answer.structured
 
 
-def _config(directory: str) -> str:
-    path = Path(directory) / "bench.toml"
-    path.write_text('[backends.bench]\nmodule = "centralmcp_batch.bench:bench_backend"\n')
-    return str(path)
+async def checked_batch(client: _compat.ClientHandle, calls: list[dict[str, Any]]) -> None:
+    check_batch(await mcp_batch(client, calls), calls)
 
 
-def _subprocess_env(latency_ms: float) -> dict[str, str]:
-    return {**os.environ, LATENCY_ENV: str(latency_ms), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "1000000",
-            "CENTRALMCP_ROUTER_BATCH_CONCURRENCY": "8", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+async def single_reads(client: _compat.ClientHandle, calls: list[dict[str, Any]]) -> None:
+    """The same entries as ``invoke_read_tool`` round trips, one after the other."""
+    for call in calls:
+        answer = await client.call_tool("invoke_read_tool", {"name": call["name"], "arguments": call["arguments"]}, timeout=120)
+        if answer.is_error or (answer.structured or {}).get("tag") != call["arguments"]["tag"]:
+            raise BenchError(f"invoke_read_tool failed: {answer.text[:300]}")
 
 
-async def _batch_vs_singles(client: _compat.ClientHandle, n: int, repeat: int) -> dict[str, Any]:
-    async def one_batch() -> None:
-        _check((await client.call_tool("invoke_read_tool_batch", {"calls": _calls(n)})).structured, n)
-
-    async def singles() -> None:
-        for i in range(n):
-            await client.call_tool("invoke_read_tool", {"name": "wait", "arguments": {"i": i}})
-
-    batch, single = await _timed(one_batch, repeat), await _timed(singles, repeat)
-    return {"n": n, "batch_s": batch, "singles_s": single, "speedup": single["median"] / batch["median"]}
+# -- scenario 1: latency-bound backends -----------------------------------------------
 
 
-async def transports(sizes: list[int], latency_ms: float, repeat: int) -> list[dict[str, Any]]:
+def batch_at(client: _compat.ClientHandle, calls: list[dict[str, Any]], c: int) -> Run:
+    async def run() -> None:
+        with concurrency(c):  # the in-process router reads it on every call
+            await checked_batch(client, calls)
+
+    return run
+
+
+async def latency_scenario(plan: Plan) -> list[dict[str, Any]]:
     rows = []
-    with tempfile.TemporaryDirectory() as directory:
-        args = ["-m", "centralmcp_batch", "serve", "--config", _config(directory)]
-        params = _compat.StdioServerParameters(command=sys.executable, args=args, env=_subprocess_env(latency_ms), cwd=str(ROOT))
-        with anyio.fail_after(120):
-            async with _compat.connect(params) as client:
-                rows += [{"transport": "stdio", **await _batch_vs_singles(client, n, repeat)} for n in sizes]
-        async with _HttpRouter(args, latency_ms) as url:
-            async with _compat.connect(url) as client:
-                rows += [{"transport": "http", **await _batch_vs_singles(client, n, repeat)} for n in sizes]
+    async with _compat.connect(build_router().server) as client:
+        for n in plan.sizes:
+            calls = wait_calls(n, plan.latency)
+            variants: dict[str, Run] = {f"batch c={c}": batch_at(client, calls, c) for c in CONCURRENCIES}
+
+            async def singles(calls: list[dict[str, Any]] = calls) -> None:
+                await single_reads(client, calls)
+
+            variants["singles"] = singles
+            await rounds(variants, 1)  # warm-up, not kept
+            samples = await rounds(variants, plan.repeat)
+            rows += latency_rows(n, plan.latency, samples)
     return rows
 
 
-def _free_port() -> int:
+def latency_rows(n: int, latency: float, samples: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    sequential = samples["batch c=1"]
+    rows = []
+    for variant, times in samples.items():
+        c = int(variant.split("=")[1]) if variant.startswith("batch") else 1
+        ideal = math.ceil(n / c) * latency if variant.startswith("batch") else n * latency
+        rows.append({
+            "n": n,
+            "mode": variant,
+            "ideal_ms": ideal * 1000,
+            "wall_ms": summary(times, 1000),
+            "speedup_over_c1": summary(ratios(sequential, times)),
+            "speedup_over_singles": summary(ratios(samples["singles"], times)),
+            "efficiency": summary([ideal / time_ for time_ in times]),
+        })
+    return rows
+
+
+# -- scenario 2: over a real transport ------------------------------------------------
+
+
+def router_env() -> dict[str, str]:
+    return {**os.environ, RATE_ENV: UNLIMITED_RATE, settings.CONCURRENCY: str(TRANSPORT_CONCURRENCY)}
+
+
+def serve_command(transport: str, port: int = 0) -> list[str]:
+    return [sys.executable, "-m", "centralmcp_batch.bench", "--serve-router", transport, "--port", str(port)]
+
+
+def free_port() -> int:
+    import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
-class _HttpRouter:
-    """The router as a streamable HTTP subprocess on 127.0.0.1, stopped on exit."""
-
-    def __init__(self, args: list[str], latency_ms: float) -> None:
-        self.port = _free_port()
-        self.command = [sys.executable, *args, "--transport", "http", "--port", str(self.port)]
-        self.env = _subprocess_env(latency_ms)
-
-    async def __aenter__(self) -> str:
-        self.process = subprocess.Popen(self.command, env=self.env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with anyio.fail_after(30):
-            while True:
-                try:
-                    await (await anyio.connect_tcp("127.0.0.1", self.port)).aclose()
-                    return f"http://127.0.0.1:{self.port}/mcp"
-                except OSError:
-                    await anyio.sleep(0.1)
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=15)
-
-
-async def overhead(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
-    router, rows = _router(0), []
-    backend = bench_backend()
-    os.environ["CENTRALMCP_ROUTER_BATCH_CONCURRENCY"] = "8"
-    for n in sizes:
-        async def one_batch(n: int = n) -> None:
-            _check(await batch_tool.run(router.hooks, _calls(n)), n)
-
-        async def direct(n: int = n) -> None:
-            for i in range(n):
-                await _compat.call_server_tool(backend, "wait", {"i": i})
-
-        batch, plain = await _timed(one_batch, repeat), await _timed(direct, repeat)
-        per_entry = (batch["median"] - plain["median"]) / n * 1e6
-        rows.append({"n": n, "batch_s": batch, "direct_s": plain, "overhead_us_per_entry": per_entry})
-    os.environ.pop("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", None)
-    return rows
+@asynccontextmanager
+async def http_router() -> Any:
+    """The router as a streamable HTTP subprocess on a free local port; its URL while open."""
+    port = free_port()
+    # The server's log goes to a file: SDK 1.x logs every client disconnect as an error.
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(serve_command("http", port), env=router_env(), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        await wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    except BaseException:
+        log.seek(0)
+        sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
+        raise
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
 
 
-def _big_response(n: int, result_bytes: int) -> tuple[dict[str, Any], list[int]]:
-    items = [{"index": i, "id": f"c{i}", "tool": "wait", "server": "bench", "status": "ok", "result": {"data": "x" * result_bytes}} for i in range(n)]
-    return engine.assemble(items), [budget.size(item) for item in items]
+async def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    with anyio.fail_after(seconds):
+        while True:
+            if process.poll() is not None:
+                raise BenchError(f"the HTTP router exited with code {process.returncode} before listening")
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
 
 
-def _time_fit(n: int, result_bytes: int, repeat: int, limit: int = 300_000) -> dict[str, Any]:
-    samples, returned = [], 0
-    for _ in range(repeat):
-        response, sizes = _big_response(n, result_bytes)
-        start = time.perf_counter()
-        budget.fit(response, limit, sizes)
-        samples.append(time.perf_counter() - start)
-        returned = budget.size(response)
-    stats = _stats(samples)
-    return {"n": n, "result_kb": result_bytes // 1000, "fit_s": stats, "bytes_returned": returned,
-            "us_per_entry": stats["median"] / n * 1e6, "us_per_mb_in": stats["median"] / (n * result_bytes / 1e6) * 1e6}
+def stdio_params() -> Any:
+    command = serve_command("stdio")
+    return _compat.StdioServerParameters(command=command[0], args=command[1:], env=router_env())
 
 
-def budget_rows(sizes: list[int], result_kbs: list[int], repeat: int) -> list[dict[str, Any]]:
-    rows = [_time_fit(n, 200_000, repeat) for n in sizes]
-    return rows + [_time_fit(sizes[-1], kb * 1000, repeat) for kb in result_kbs if kb != 200]
-
-
-async def load(clients_list: list[int], n: int, seconds: float, latency_ms: float) -> list[dict[str, Any]]:
+async def transport_scenario(plan: Plan, http_url: str) -> list[dict[str, Any]]:
+    calls = wait_calls(plan.largest, plan.latency)
     rows = []
-    with tempfile.TemporaryDirectory() as directory:
-        args = ["-m", "centralmcp_batch", "serve", "--config", _config(directory)]
-        async with _HttpRouter(args, latency_ms) as url:
-            for clients in clients_list:
-                rows.append(await _load_once(url, clients, n, seconds))
+    for transport, target in (("stdio", stdio_params()), ("streamable HTTP", http_url)):
+        async with _compat.connect(target) as client:
+            await checked_batch(client, calls)  # warm-up: imports and first connections
+
+            async def one_batch(client: _compat.ClientHandle = client) -> None:
+                await checked_batch(client, calls)
+
+            async def singles(client: _compat.ClientHandle = client) -> None:
+                await single_reads(client, calls)
+
+            samples = await rounds({"batch": one_batch, "singles": singles}, plan.repeat)
+        rows.append({
+            "transport": transport,
+            "n": len(calls),
+            "batch_ms": summary(samples["batch"], 1000),
+            "singles_ms": summary(samples["singles"], 1000),
+            "speedup": summary(ratios(samples["singles"], samples["batch"])),
+        })
     return rows
 
 
-async def _load_once(url: str, clients: int, n: int, seconds: float) -> dict[str, Any]:
-    latencies: list[float] = []
-    problems: list[str] = []
-    deadline = time.perf_counter() + seconds
-
-    async def client_loop() -> None:
-        async with _compat.connect(url) as client:
-            for _ in range(10_000):  # bounded in count as well as in time
-                if time.perf_counter() >= deadline:
-                    return
-                start = time.perf_counter()
-                response = (await client.call_tool("invoke_read_tool_batch", {"calls": _calls(n)})).structured
-                latencies.append(time.perf_counter() - start)
-                try:
-                    _check(response, n)
-                except RuntimeError as exc:
-                    problems.append(str(exc))
-
-    start = time.perf_counter()
-    with anyio.fail_after(seconds + 60):
-        async with anyio.create_task_group() as group:
-            for _ in range(clients):
-                group.start_soon(client_loop)
-    elapsed = time.perf_counter() - start
-    ordered = sorted(latencies)
-    p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-    return {"clients": clients, "n": n, "batches": len(latencies), "batches_per_s": len(latencies) / elapsed,
-            "entries_per_s": len(latencies) * n / elapsed, "p50_s": statistics.median(ordered), "p99_s": p99,
-            "lost_or_reordered": len(problems)}
+# -- scenario 3: the batch's own cost -------------------------------------------------
 
 
-async def run_all(quick: bool, repeat: int) -> dict[str, Any]:
-    sizes = [1, 5] if quick else [1, 5, 10, 25]
-    latency = 10.0 if quick else 50.0
+def zero_host() -> InlineHost:
+    host = InlineHost()
+
+    async def handler(resume: Any = None, **arguments: Any) -> dict[str, Any]:
+        return await wait(**arguments)
+
+    host.add("wait", handler)
+    return host
+
+
+async def overhead_scenario(plan: Plan) -> list[dict[str, Any]]:
+    host = zero_host()
+    hooks = HostHooks(hosting.plugin_manager(host))
+    server = _compat.new_server("bench-overhead")
+    hosting.install(server, host)
+    rows = []
+    async with _compat.connect(server) as client:
+        for n in plan.sizes:
+            rows.append(await overhead_row(plan, n, hooks, client, host))
+    return rows
+
+
+async def overhead_row(plan: Plan, n: int, hooks: HostHooks, client: _compat.ClientHandle, host: InlineHost) -> dict[str, Any]:
+    calls = wait_calls(n, 0.0)
+
+    async def direct() -> None:
+        for call in calls:
+            await wait(**call["arguments"])
+
+    async def in_process() -> None:
+        check_batch(await batch_tool.run(hooks, calls), calls)
+        host.dispatched.clear()  # the host records every dispatch; do not let it grow
+        host.tokens.clear()
+
+    async def over_mcp() -> None:
+        await checked_batch(client, calls)
+        host.dispatched.clear()
+        host.tokens.clear()
+
+    variants = {"direct": direct, "batch": in_process, "mcp": over_mcp}
+    inner = {name: await loops_for(run, plan.sample_seconds) for name, run in variants.items()}
+    cpu_started = time.process_time()
+    samples = await rounds(variants, plan.repeat, inner)
+    per_entry = [(batch - plain) / n for batch, plain in zip(samples["batch"], samples["direct"])]
     return {
-        "config": {"quick": quick, "repeat": repeat, "latency_ms": latency, "sizes": sizes},
-        "latency_bound": await latency_bound(sizes, latency, repeat),
-        "transports": await transports(sizes[-1:] if quick else [25], latency, repeat),
-        "overhead": await overhead(sizes, repeat),
-        "budget": budget_rows(sizes, [50, 200] if quick else [50, 100, 200, 400], repeat),
-        "load": await load([1, 2] if quick else [1, 8, 32], sizes[-1] if quick else 25, 1.0 if quick else 5.0, latency),
+        "n": n,
+        "direct_us": summary(samples["direct"], 1e6),
+        "batch_us": summary(samples["batch"], 1e6),
+        "overhead_us_per_entry": summary(per_entry, 1e6),
+        "mcp_in_memory_us": summary(samples["mcp"], 1e6),
+        "cpu_share": round((time.process_time() - cpu_started) / sum(sum(s) * inner[k] for k, s in samples.items()), 2),
     }
 
 
-def _ms(stats: dict[str, float]) -> str:
-    return f"{stats['median'] * 1e3:.1f} ms [{stats['min'] * 1e3:.1f}-{stats['max'] * 1e3:.1f}]"
+# -- scenario 4: the response budget --------------------------------------------------
 
 
-def table(report: dict[str, Any]) -> str:
-    lines = [f"latency L = {report['config']['latency_ms']} ms, repeat {report['config']['repeat']} (median [min-max])", "",
-             "1. latency-bound (in process)", "| n | mode | wall | ideal | speed-up vs c=1 | efficiency |", "|---|---|---|---|---|---|"]
-    for r in report["latency_bound"]:
-        ideal = f"{r['ideal_s'] * 1e3:.0f} ms" if "ideal_s" in r else "-"
-        eff = f"{r['efficiency']:.2f}" if "efficiency" in r else "-"
-        lines.append(f"| {r['n']} | {r['mode']} | {_ms(r['wall_s'])} | {ideal} | {r['speedup_vs_c1']:.2f}x | {eff} |")
-    lines += ["", "2. real transports (router subprocess, batch concurrency 8)", "| transport | n | one batch | n single calls | speed-up |", "|---|---|---|---|---|"]
-    lines += [f"| {r['transport']} | {r['n']} | {_ms(r['batch_s'])} | {_ms(r['singles_s'])} | {r['speedup']:.1f}x |" for r in report["transports"]]
-    lines += ["", "3. overhead (zero-latency tools)", "| n | batch | direct calls | overhead per entry |", "|---|---|---|---|"]
-    lines += [f"| {r['n']} | {_ms(r['batch_s'])} | {_ms(r['direct_s'])} | {r['overhead_us_per_entry']:.0f} µs |" for r in report["overhead"]]
-    lines += ["", "4. budget shrink (300 KB budget)", "| n | result | fit | bytes returned | µs/entry | µs/MB in |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['n']} | {r['result_kb']} KB | {_ms(r['fit_s'])} | {r['bytes_returned']} | {r['us_per_entry']:.1f} | {r['us_per_mb_in']:.1f} |" for r in report["budget"]]
-    lines += ["", "5. load (streamable HTTP)", "| clients | n | batches | batches/s | entries/s | p50 | p99 | lost/reordered |", "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['clients']} | {r['n']} | {r['batches']} | {r['batches_per_s']:.1f} | {r['entries_per_s']:.0f} | {r['p50_s'] * 1e3:.0f} ms | {r['p99_s'] * 1e3:.0f} ms | {r['lost_or_reordered']} |" for r in report["load"]]
+def large_result(kb: int) -> dict[str, Any]:
+    """About ``kb`` kilobytes of rows, as compact JSON."""
+    rows = [{"id": i, "text": "x" * (ROW_BYTES - 23)} for i in range(kb * 1000 // ROW_BYTES)]
+    return {"rows": rows}
+
+
+def budget_host(results: Mapping[int, dict[str, Any]]) -> InlineHost:
+    host = InlineHost()
+    host.add("blob", lambda resume=None, kb=0: results[kb])
+    return host
+
+
+async def budget_scenario(plan: Plan) -> list[dict[str, Any]]:
+    main_kb = 200 if 200 in plan.budget_kb else plan.budget_kb[-1]
+    results = {kb: large_result(kb) for kb in plan.budget_kb}
+    host = budget_host(results)
+    hooks = HostHooks(hosting.plugin_manager(host))
+    cases = [(n, main_kb) for n in plan.sizes] + [(plan.largest, kb) for kb in plan.budget_kb if kb != main_kb]
+    return [await budget_row(plan, n, kb, hooks, host) for n, kb in cases]
+
+
+async def budget_row(plan: Plan, n: int, kb: int, hooks: HostHooks, host: InlineHost) -> dict[str, Any]:
+    calls = [{"name": "blob", "id": f"b{i}", "arguments": {"kb": kb}} for i in range(n)]
+    result = host.handlers["blob"](kb=kb)
+    whole = [engine.make_item(i, f"b{i}", "blob", "inline", Outcome("ok", result=result)) for i in range(n)]
+    sizes = [budget.size(item) for item in whole]  # the batch sizes each item once, as it finishes
+    limit = settings.BatchSettings().response_max_bytes
+    fit_times: list[float] = []
+
+    async def fit() -> None:
+        fresh = engine.assemble(whole)  # fit shrinks in place: a fresh response each time
+        started = time.perf_counter()
+        budget.fit(fresh, limit, sizes)
+        fit_times.append(time.perf_counter() - started)
+
+    async def batch() -> None:
+        await batch_tool.run(hooks, calls)
+        host.dispatched.clear()
+
+    await rounds({"batch": batch}, 1)  # warm-up, not kept
+    samples = await rounds({"fit": fit, "batch": batch}, plan.repeat)
+    return budget_figures(n, sizes, fit_times, samples["batch"], await batch_tool.run(hooks, calls))
+
+
+def budget_figures(n: int, sizes: list[int], fit_times: list[float], batch_times: list[float], response: dict[str, Any]) -> dict[str, Any]:
+    megabytes = sum(sizes) / 1e6
+    return {
+        "n": n,
+        "result_kb": round(sizes[0] / 1000, 1),
+        "input_mb": round(megabytes, 2),
+        "fit_us": summary(fit_times, 1e6),
+        "fit_us_per_entry": summary([seconds / n for seconds in fit_times], 1e6),
+        "fit_us_per_mb": summary([seconds / megabytes for seconds in fit_times], 1e6),
+        "batch_ms": summary(batch_times, 1000),
+        "batch_ms_per_mb": summary([seconds / megabytes for seconds in batch_times], 1000),
+        "bytes_returned": budget.size(response),
+        "results_dropped": sum(1 for item in response["results"] if item.get("result_truncated")),
+    }
+
+
+# -- scenario 5: concurrent clients over streamable HTTP ------------------------------
+
+
+@dataclass
+class LoadRound:
+    latencies: list[float]
+    entries: int = 0
+    lost: int = 0
+    reordered: int = 0
+
+
+async def client_loop(client: _compat.ClientHandle, number: int, stop_at: float, tally: LoadRound, n: int) -> None:
+    batch_no = 0
+    while time.perf_counter() < stop_at and batch_no < 100_000:
+        calls = wait_calls(n, 0.0, prefix=f"c{number}b{batch_no}e")
+        started = time.perf_counter()
+        response = await mcp_batch(client, calls)
+        tally.latencies.append(time.perf_counter() - started)
+        lost, reordered = misplaced(response, calls)
+        tally.entries += len(calls)
+        tally.lost += lost
+        tally.reordered += reordered
+        batch_no += 1
+
+
+async def load_round(clients: Sequence[_compat.ClientHandle], seconds: float, n: int) -> tuple[LoadRound, float]:
+    tally = LoadRound([])
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tasks:
+        for number, client in enumerate(clients):
+            tasks.start_soon(client_loop, client, number, started + seconds, tally, n)
+    return tally, time.perf_counter() - started
+
+
+async def load_scenario(plan: Plan, http_url: str) -> list[dict[str, Any]]:
+    rows = []
+    for count in plan.load_clients:
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(_compat.connect(http_url)) for _ in range(count)]
+            await load_round(clients, 0.2, plan.largest)  # warm-up
+            measured = [await load_round(clients, plan.load_seconds, plan.largest) for _ in range(plan.repeat)]
+        rows.append(load_row(count, plan.largest, measured))
+    return rows
+
+
+def load_row(count: int, n: int, measured: Sequence[tuple[LoadRound, float]]) -> dict[str, Any]:
+    return {
+        "clients": count,
+        "n": n,
+        "batches_per_s": summary([len(tally.latencies) / seconds for tally, seconds in measured]),
+        "entries_per_s": summary([tally.entries / seconds for tally, seconds in measured]),
+        "p50_ms": summary([percentile(tally.latencies, 0.50) for tally, _ in measured], 1000),
+        "p99_ms": summary([percentile(tally.latencies, 0.99) for tally, _ in measured], 1000),
+        "batches": sum(len(tally.latencies) for tally, _ in measured),
+        "entries": sum(tally.entries for tally, _ in measured),
+        "lost_or_reordered": sum(tally.lost + tally.reordered for tally, _ in measured),
+    }
+
+
+# -- the router subprocess ------------------------------------------------------------
+
+
+def serve_router(transport: str, port: int) -> None:
+    from .router.serve import serve
+
+    os.environ[RATE_ENV] = UNLIMITED_RATE  # the benchmark measures the batch, not the limiter
+    quiet_logs()
+    serve(build_router(), transport=transport, host="127.0.0.1", port=port)
+
+
+def quiet_logs() -> None:
+    """Warnings only: an INFO line per HTTP request (httpx, or httpx2 under SDK 2.x) would bury the tables."""
+    for noisy in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# -- the machine, the targets, the tables ---------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    except OSError:
+        model = platform.processor()
+    return {
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "mcp": version("mcp"),
+        "anyio": version("anyio"),
+        "pluggy": version("pluggy"),
+        "platform": platform.platform(),
+    }
+
+
+def load_average() -> Optional[list[float]]:
+    return [round(value, 2) for value in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def find_row(rows: Sequence[Mapping[str, Any]], **wanted: Any) -> Optional[Mapping[str, Any]]:
+    return next((row for row in rows if all(row.get(key) == value for key, value in wanted.items())), None)
+
+
+def target(name: str, row: Optional[Mapping[str, Any]], key: str, threshold: float, at_least: bool) -> dict[str, Any]:
+    if row is None:
+        return {"target": name, "value": None, "threshold": threshold, "met": None}
+    value = row[key]["median"]
+    return {"target": name, "value": round(value, 3), "threshold": threshold, "met": value >= threshold if at_least else value < threshold}
+
+
+def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    c8 = find_row(report.get("latency_bound", []), n=25, mode="batch c=8")
+    stdio = find_row(report.get("transports", []), transport="stdio", n=25)
+    overhead = find_row(report.get("overhead", []), n=25)
+    return [
+        target("L=50ms n=25 c=8: efficiency (ideal/measured) >= 0.8, i.e. within 1.25x of ideal", c8, "efficiency", 0.8, True),
+        target("L=50ms n=25 c=8: speed-up over c=1 >= 5x", c8, "speedup_over_c1", 5.0, True),
+        target("stdio, 50 ms calls: one batch of 25 vs 25 single round trips >= 5x", stdio, "speedup", 5.0, True),
+        target("batch overhead at n=25 < 100 us per entry", overhead, "overhead_us_per_entry", 100.0, False),
+    ]
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, dict) and "median" in value:
+        return f"{fmt(value['median'])} ({fmt(value['min'])}–{fmt(value['max'])})"
+    return fmt(value) if isinstance(value, float) else str(value)
+
+
+def fmt(number: float) -> str:
+    if abs(number) >= 100:
+        return f"{number:.0f}"
+    return f"{number:.2f}" if abs(number) >= 1 else f"{number:.3f}"
+
+
+def table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(column, "")) for column in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def main(argv: Any = None) -> int:
-    parser = argparse.ArgumentParser(prog="centralmcp-batch bench", description="Benchmark invoke_read_tool_batch.")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--repeat", type=int, default=None)
-    args = parser.parse_args(argv)
-    for name in ("httpx", "httpx2"):  # one INFO line per request (2.x logs as httpx2) would bury the table
-        logging.getLogger(name).setLevel(logging.WARNING)
-    repeat = max(1, args.repeat or (2 if args.quick else 5))
-    report = anyio.run(run_all, args.quick, repeat)
-    print(table(report))
+TABLES = {
+    "latency_bound": ("1. Latency-bound: backend calls wait L, in-process router over an in-memory MCP session", ["n", "mode", "ideal_ms", "wall_ms", "speedup_over_c1", "speedup_over_singles", "efficiency"]),
+    "transports": ("2. Real transports: router subprocess, one batch vs single invoke_read_tool calls", ["transport", "n", "batch_ms", "singles_ms", "speedup"]),
+    "overhead": ("3. Overhead: zero-latency backend, batch cost beyond the backend calls", ["n", "direct_us", "batch_us", "overhead_us_per_entry", "mcp_in_memory_us", "cpu_share"]),
+    "budget": ("4. Budget: large results under the default 300,000-byte budget", ["n", "result_kb", "input_mb", "fit_us", "fit_us_per_entry", "fit_us_per_mb", "batch_ms", "batch_ms_per_mb", "bytes_returned", "results_dropped"]),
+    "load": ("5. Load: concurrent clients over streamable HTTP, batches of 25 zero-latency entries", ["clients", "n", "batches_per_s", "entries_per_s", "p50_ms", "p99_ms", "batches", "entries", "lost_or_reordered"]),
+}
+
+
+def render(report: Mapping[str, Any]) -> str:
+    parts = [f"Figures: median (min–max) of {report['config']['repeat']} rounds; times in ms or us as named.", ""]
+    parts += [table(title, report[key], columns) + "\n" for key, (title, columns) in TABLES.items() if key in report]
+    parts.append("### Targets\n")
+    parts += [f"- {item['target']}: {item['value']} -> {verdict(item['met'])}" for item in report["targets"]]
+    return "\n".join(parts)
+
+
+def verdict(met: Optional[bool]) -> str:
+    return "not measured in this run" if met is None else ("met" if met else "NOT met")
+
+
+async def profile(path: str, batches: int = 400) -> None:
+    """The hot path as pyinstrument sees it: batches of 25 zero-latency entries through the host hooks."""
+    from pyinstrument import Profiler  # the ``bench`` extra
+
+    host = zero_host()
+    hooks = HostHooks(hosting.plugin_manager(host))
+    calls = wait_calls(25, 0.0)
+    profiler = Profiler(interval=0.0002, async_mode="disabled")
+    with profiler:
+        for _ in range(batches):
+            check_batch(await batch_tool.run(hooks, calls), calls)
+            host.dispatched.clear()
+            host.tokens.clear()
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(profiler.output_text(unicode=True, color=False))
+
+
+# -- running it -----------------------------------------------------------------------
+
+
+async def run_plan(plan: Plan) -> dict[str, Any]:
+    report: dict[str, Any] = {"config": {"repeat": plan.repeat, "latency_ms": plan.latency * 1000, "sizes": list(plan.sizes), "quick": plan.sample_seconds < 0.05}}
+    report["config"].update({"transport_concurrency": TRANSPORT_CONCURRENCY, RATE_ENV: UNLIMITED_RATE})
+    report["machine"] = machine()
+    report["load_average_before"] = load_average()
+    started = time.perf_counter()
+    if "latency" in plan.scenarios:
+        report["latency_bound"] = await latency_scenario(plan)
+    if "overhead" in plan.scenarios:
+        report["overhead"] = await overhead_scenario(plan)
+    if "budget" in plan.scenarios:
+        report["budget"] = await budget_scenario(plan)
+    if {"transport", "load"} & set(plan.scenarios):
+        async with http_router() as url:
+            if "transport" in plan.scenarios:
+                report["transports"] = await transport_scenario(plan, url)
+            if "load" in plan.scenarios:
+                report["load"] = await load_scenario(plan, url)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    report["load_average_after"] = load_average()
+    report["targets"] = targets(report)
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    cli = argparse.ArgumentParser(prog="python -m centralmcp_batch.bench", description="Measure what a batch saves over single calls.")
+    cli.add_argument("--quick", action="store_true", help="a tiny run that only shows the benchmark works")
+    cli.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    cli.add_argument("--repeat", type=int, metavar="N", help="rounds per figure (default 5; 1 with --quick)")
+    cli.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    cli.add_argument("--profile", metavar="PATH", help="profile batches of 25 zero-latency entries with pyinstrument, write the report to PATH")
+    cli.add_argument("--serve-router", choices=("stdio", "http"), help=argparse.SUPPRESS)
+    cli.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    return cli
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.serve_router:
+        serve_router(args.serve_router, args.port)
+        return 0
+    if args.profile:
+        anyio.run(profile, args.profile)
+        return 0
+    quiet_logs()
+    chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
+    unknown = sorted(set(chosen) - set(SCENARIOS))
+    if unknown or (args.repeat is not None and args.repeat < 1):
+        parser().error(f"unknown scenarios {unknown}" if unknown else "--repeat must be at least 1")
+    report = anyio.run(run_plan, make_plan(args.quick, args.repeat, chosen))
+    print(render(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(report, out, indent=2)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,49 +1,32 @@
-"""The benchmark runs end to end at a tiny size and writes every scenario as numbers."""
+"""The benchmark runs end to end at a tiny size: every scenario, real answers, the JSON and the tables."""
 
 from __future__ import annotations
 
 import json
-import numbers
 from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
 
 from centralmcp_batch import bench
 
-SCENARIOS = ("latency", "transport", "overhead", "budget", "load")
-
-
-def sections(value: Any) -> Iterator[tuple[str, Any]]:
-    """Every (key, value) pair anywhere in the report."""
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield key, inner
-            yield from sections(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from sections(inner)
-
-
-def has_number(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, numbers.Number):
-        return True
-    if isinstance(value, dict):
-        return any(has_number(inner) for inner in value.values())
-    return isinstance(value, list) and any(has_number(inner) for inner in value)
+SCENARIO_KEYS = ("latency_bound", "transports", "overhead", "budget", "load")
 
 
 @pytest.mark.slow
-def test_quick_bench_writes_every_scenario_with_numbers(tmp_path: Path) -> None:
+def test_quick_bench_writes_every_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
+    # A wrong answer anywhere (lost, reordered, failed entries) stops the run with BenchError.
     assert bench.main(["--quick", "--repeat", "1", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    pairs = list(sections(report))
-    for scenario in SCENARIOS:
-        rows = [value for key, value in pairs if scenario in key.lower() and isinstance(value, list) and value]
-        assert rows, f"no rows for scenario {scenario!r}"
-        assert all(has_number(row) for row in rows[0]), (scenario, rows[0])
-    losses = [value for key, value in pairs if key in ("lost", "reordered", "lost_or_reordered")]
-    assert losses and all(value == 0 for value in losses)
+    printed = capsys.readouterr().out
+    assert all(report[key] for key in SCENARIO_KEYS)
+    assert printed.count("\n### ") == len(SCENARIO_KEYS) + 1  # a table per scenario, then the targets
+    assert {row["mode"] for row in report["latency_bound"]} == {"singles", "batch c=1", "batch c=4", "batch c=8"}
+    assert all(row["wall_ms"]["min"] >= row["ideal_ms"] * 0.99 for row in report["latency_bound"])  # nothing beats sleeping
+    assert {row["transport"] for row in report["transports"]} == {"stdio", "streamable HTTP"}
+    assert all(row["batch_us"]["median"] > row["direct_us"]["median"] for row in report["overhead"])  # same calls, plus the batch
+    assert all(row["bytes_returned"] <= 300_000 for row in report["budget"])
+    assert any(row["results_dropped"] > 0 for row in report["budget"])  # the quick plan goes over the budget once
+    assert all(row["batches"] > 0 and row["lost_or_reordered"] == 0 for row in report["load"])
+    assert [target["met"] for target in report["targets"]] == [None] * 4  # n = 25 is not part of a quick run
+    assert report["machine"]["nproc"] >= 1 and report["machine"]["mcp"]

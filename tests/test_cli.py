@@ -203,3 +203,12 @@ def test_result_summaries_are_short_and_say_what_came_back() -> None:
     assert cli._summary(clipped) == "200 of 432 clients + next_cursor"
     assert cli._summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}}) == 'serial="CN00A000" cpu_percent=35'
     assert cli._summary({"status": "error", "error": "x" * 100}, width=20) == "x" * 17 + "..."
+
+
+def test_bench_passes_its_own_options_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from centralmcp_batch import bench
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(bench, "main", lambda argv: seen.append(list(argv)) or 0)
+    assert cli.main(["bench", "--quick", "--json", "x.json"]) == 0
+    assert seen == [["--quick", "--json", "x.json"]]
