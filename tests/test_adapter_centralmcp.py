@@ -6,6 +6,9 @@ import importlib.util
 import itertools
 import json
 import logging
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,7 +22,8 @@ from standins import monitoring_backend
 
 pytestmark = pytest.mark.anyio
 
-STANDIN = Path(__file__).parent / "standins" / "centralmcp_router.py"
+TESTS = Path(__file__).parent
+STANDIN = TESTS / "standins" / "centralmcp_router.py"
 _fresh = itertools.count()
 
 
@@ -79,7 +83,9 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
     assert hooks.centralmcp_find_tool(name="reboot_device").annotations["destructiveHint"] is True
     assert hooks.centralmcp_find_tool(name="list_sites").server == "aruba-config"
     assert hooks.centralmcp_find_tool(name="no_such_tool") is None
-    assert set(router._tool_index) == {"list_devices", "get_device", "ping_device", "list_sites", "rename_site", "reboot_device"}
+    monitoring = {"list_devices", "get_device", "get_device_events", "get_radio_stats", "ping_device"}
+    assert set(router._tool_index) == monitoring | {"list_sites", "rename_site", "reboot_device"}
+    assert {router._tool_backend_names[n] for n in monitoring} == {"aruba-monitoring"}
 
 
 async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_message(adopted: ModuleType, tokens: Tokens) -> None:
@@ -100,6 +106,8 @@ async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: Mod
     calls = [
         {"id": "from-single", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": single["next_cursor"]},
         {"id": "from-batch", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": first["next_cursor"]},
+        # null arguments are dropped before the digest, as the router's own invoke_read_tool does
+        {"id": "with-null", "name": "list_devices", "arguments": {"site_id": "hq", "count": None}, "cursor": single["next_cursor"]},
     ]
     results = (await batch(adopted, calls))["results"]
     for item in results:
@@ -137,6 +145,47 @@ async def test_exactly_one_router_token_per_backend_call_as_its_single_reads_dra
     response = await batch(adopted, calls)
     assert [i["status"] for i in response["results"]] == ["ok"] * 4 + ["blocked", "unknown_tool", "invalid_call", "ok"]
     assert tokens.count == len(monitoring_backend.calls) == 2 + 5
+
+
+async def test_a_rate_gate_installed_after_adoption_is_drawn_from(router: ModuleType) -> None:
+    # The router adopts at import time; its start-up (build_router_middlewares) installs the gate later.
+    centralmcp.adopt(router)
+    gate = Tokens()
+    router.set_dispatch_rate_gate(gate)
+    response = await batch(router, [{"name": "get_device", "arguments": {"serial": f"s{i}"}} for i in range(3)])
+    assert response["ok"] is True and gate.count == 3
+
+
+async def test_a_failing_rate_gate_fails_open_as_the_router_decides(router: ModuleType, caplog: pytest.LogCaptureFixture) -> None:
+    async def broken() -> None:
+        raise ConnectionError("limiter down")
+
+    router.set_dispatch_rate_gate(broken)
+    centralmcp.adopt(router)
+    with caplog.at_level(logging.WARNING):
+        response = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}])
+    assert response["results"][0]["status"] == "ok"
+    assert "dispatch rate gate failed; proceeding" in caplog.text
+
+
+async def test_a_backend_failure_is_that_entrys_error_in_the_routers_shape(adopted: ModuleType, tokens: Tokens) -> None:
+    calls = [{"name": "get_radio_stats", "arguments": {"serial": "AP1"}}, {"name": "get_device", "arguments": {"serial": "AP1"}}]
+    response = await batch(adopted, calls)
+    failed, fine = response["results"]
+    assert failed["status"] == "error" and failed["server"] == "aruba-monitoring"
+    # "<Type>: <message>" as the router writes it; SDK 2.x keeps the backend's own text out of the message
+    assert re.match(r"\w*ToolError: Error executing tool get_radio_stats\b", failed["error"]), failed["error"]
+    assert fine["status"] == "ok" and response["failed_indexes"] == [0]
+    assert tokens.count == 2  # the failing call reached its backend, so it drew its token
+
+
+async def test_backends_are_handed_the_batch_calls_context(adopted: ModuleType) -> None:
+    events = {"name": "get_device_events", "arguments": {"serial": "AP1"}}
+    async with _compat.connect(adopted.mcp) as client:
+        first = (await client.call_tool("invoke_read_tool_batch", {"calls": [events, events]})).payload
+        second = (await client.call_tool("invoke_read_tool_batch", {"calls": [events]})).payload
+    ids = [item["result"]["request_id"] for item in first["results"] + second["results"]]
+    assert ids[0] == ids[1] != ids[2] and "None" not in ids
 
 
 async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(adopted: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,6 +241,53 @@ def test_adopt_in_minimal_mode_registers_while_plain_install_still_does_not(rout
     other = _compat.new_server("plain")
     hosting.install(other, *centralmcp.host_plugins(router))
     assert not _compat.has_tool(other, "invoke_read_tool_batch")
+
+
+def documented_adoption() -> str:
+    """The code block of the README's "Using it with CentralMCP" section: the change a router makes."""
+    section = (TESTS.parent / "README.md").read_text(encoding="utf-8").split("## Using it with CentralMCP", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def write_adopted_router(path: Path) -> Path:
+    # The stand-in with the documented lines at its end, before a __main__ block as CentralMCP's has.
+    main_block = 'if __name__ == "__main__":\n    mcp.run()\n'
+    path.write_text(f"{STANDIN.read_text(encoding='utf-8')}\n\n{documented_adoption()}\n\n{main_block}", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def imported_adopted_router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    write_adopted_router(tmp_path / "adopted_tool_router.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
+    try:
+        yield importlib.import_module("adopted_tool_router")
+    finally:
+        sys.modules.pop("adopted_tool_router", None)
+
+
+async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_imported(imported_adopted_router: ModuleType) -> None:
+    names = sorted(tool.name for tool in _compat.server_tools(imported_adopted_router.mcp))
+    assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
+    response = await batch(imported_adopted_router, [{"name": "get_device", "arguments": {"serial": "a"}}])
+    assert response["results"][0]["result"] == {"serial": "a", "status": "up"}
+
+
+async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path) -> None:
+    script = write_adopted_router(tmp_path / "tool_router.py")
+    env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": "minimal"}  # as CentralMCP's .cursor/mcp.json runs it
+    params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
+    async with _compat.connect(params) as client:
+        names = sorted(tool.name for tool in await client.list_tools())
+        assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
+        calls = [{"name": "list_devices", "arguments": {"site_id": "hq"}}, {"name": "reboot_device", "arguments": {"serial": "x"}}]
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
+        assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
+        cursor = response["results"][0]["result"]["next_cursor"]
+        # the batch's cursor is the router's own: its invoke_read_tool resumes it in the same process
+        resumed = (await client.call_tool("invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor})).payload
+        assert resumed["devices"][0]["serial"] == "SN00200"
 
 
 class TestCentralMCPRouterConforms(HostConformance):

@@ -1,8 +1,10 @@
-"""Stand-in backend ``aruba-monitoring``: read tools, one of them a long list, and a diagnostic."""
+"""Stand-in backend ``aruba-monitoring``: read tools (a long list, one that takes the caller's
+Context, one whose upstream fails) and a diagnostic."""
 
 from typing import Any
 
 from centralmcp_batch import _compat
+from centralmcp_batch._compat import Context
 from standins.centralmcp_shared import DIAGNOSTIC, READ_ONLY
 
 mcp = _compat.new_server("aruba-monitoring")
@@ -19,6 +21,19 @@ def list_devices(site_id: str, count: int = 450) -> dict[str, Any]:
 def get_device(serial: str) -> dict[str, Any]:
     calls.append(("get_device", {"serial": serial}))
     return {"serial": serial, "status": "up"}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_device_events(serial: str, ctx: Context) -> dict[str, Any]:
+    # Backends that elicit or report progress need the router's Context; this one shows whose it got.
+    calls.append(("get_device_events", {"serial": serial}))
+    return {"serial": serial, "request_id": str(ctx.request_id)}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_radio_stats(serial: str) -> dict[str, Any]:
+    calls.append(("get_radio_stats", {"serial": serial}))
+    raise RuntimeError(f"radio service unavailable for {serial}")
 
 
 @mcp.tool(annotations=DIAGNOSTIC)
