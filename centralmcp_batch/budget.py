@@ -36,6 +36,7 @@ class _Sized:
         self.response = response
         self.items: list[dict[str, Any]] = response["results"]
         self.sizes = list(sizes) if sizes is not None else [size(item) for item in self.items]
+        self._items_bytes = sum(self.sizes)
         self._measure_envelope()
 
     def _measure_envelope(self) -> None:
@@ -43,13 +44,15 @@ class _Sized:
 
     @property
     def total(self) -> int:
-        return self.envelope + sum(self.sizes) + max(0, len(self.items) - 1)
+        return self.envelope + self._items_bytes + max(0, len(self.items) - 1)
 
     def replace(self, index: int, item: dict[str, Any]) -> None:
-        self.items[index] = item
-        self.sizes[index] = size(item)
+        new = size(item)
+        self._items_bytes += new - self.sizes[index]
+        self.items[index], self.sizes[index] = item, new
 
     def remove(self, index: int) -> None:
+        self._items_bytes -= self.sizes[index]
         del self.items[index]
         del self.sizes[index]
 
