@@ -52,7 +52,7 @@ class InlineHost:
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
         expected = f"{tool.name}:page:"
         page = cursor[len(expected):]
-        if not cursor.startswith(expected) or not page.isdigit():
+        if not cursor.startswith(expected) or not (page.isascii() and page.isdigit()):  # int() refuses "²"
             raise InvalidCursor("cursor was not issued for this tool")
         return int(page)
 

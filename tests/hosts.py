@@ -124,9 +124,10 @@ class HostileHost:
         if cursor.startswith(CURSOR_HOOK_FAILS):
             raise BackendExploded("the cursor store is down")
         prefix = valid_cursor(tool.name, 0)[:-1]
-        if not cursor.startswith(prefix) or not cursor[len(prefix):].isdigit():
+        page = cursor[len(prefix):]
+        if not cursor.startswith(prefix) or not (page.isascii() and page.isdigit()):  # int() refuses "²"
             raise InvalidCursor("cursor was not issued for this tool and these arguments")
-        return int(cursor[len(prefix):])
+        return int(page)
 
     @hookimpl
     async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:

@@ -232,7 +232,7 @@ async def test_a_backend_argument_error_through_the_router_echoes_no_argument_va
 
 
 async def test_the_sample_host_refuses_a_forged_cursor_without_echoing_it(centralmcp_server: Any) -> None:
-    forged = "echo:page:zq7SECRET"
-    response = await batch(centralmcp_server, [{"name": "echo", "cursor": forged}])
-    assert response["results"][0]["status"] == "invalid_cursor"
-    assert "zq7SECRET" not in json.dumps(response)
+    forged = ["echo:page:zq7SECRET", "echo:page:\u00b2"]  # the second passes str.isdigit, not int()
+    response = await batch(centralmcp_server, [{"name": "echo", "cursor": cursor} for cursor in forged])
+    assert [item["status"] for item in response["results"]] == ["invalid_cursor", "invalid_cursor"]
+    assert "zq7SECRET" not in json.dumps(response) and "\u00b2" not in json.dumps(response, ensure_ascii=False)

@@ -289,7 +289,8 @@ def expect(index: int, raw: Any, catalog: Mapping[str, Any]) -> Expected:
 
 def _is_valid_cursor(name: str, cursor: str) -> bool:
     prefix = hosts.valid_cursor(name, 0)[:-1]
-    return cursor.startswith(prefix) and cursor[len(prefix):].isdigit()
+    page = cursor[len(prefix):]
+    return cursor.startswith(prefix) and page.isascii() and page.isdigit()
 
 
 def rejection(calls: Any, expected: Sequence[Expected]) -> Optional[str]:

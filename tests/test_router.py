@@ -95,13 +95,15 @@ async def test_a_clipped_read_resumes_inside_a_batch_with_its_cursor(router: Rou
         {"name": "get_ticket", "id": "other-tool", "arguments": {"ticket_id": "T-0001"}, "cursor": page["next_cursor"]},
         {"name": "list_tickets", "id": "tampered", "cursor": page["next_cursor"][:-2] + "xx"},
         {"name": "list_tickets", "id": "long", "cursor": "c" * 600},
+        {"name": "list_tickets", "id": "non-ascii", "cursor": "s\u00e9cret.\u0080"},
     ])
     items = {item["id"]: item for item in response["results"]}
     assert items["next"]["status"] == "ok" and items["next"]["result"]["tickets"][0]["id"] == "T-0200"
     assert items["next"]["result"]["_pagination"]["offset"] == 200
     assert items["other-args"]["error"] == "cursor was issued for other arguments"
     assert items["other-tool"]["error"] == "cursor was issued for another tool"
-    assert {items[key]["status"] for key in ("other-args", "other-tool", "tampered", "long")} == {"invalid_cursor"}
+    assert {items[key]["status"] for key in ("other-args", "other-tool", "tampered", "long", "non-ascii")} == {"invalid_cursor"}
+    assert items["non-ascii"]["error"] == "cursor is malformed or its signature does not match"
     assert page["next_cursor"] not in str(response)
 
 

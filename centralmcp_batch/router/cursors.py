@@ -54,7 +54,8 @@ class CursorSigner:
         if len(cursor) > MAX_CURSOR_CHARS:
             raise InvalidCursor(f"cursor is longer than {MAX_CURSOR_CHARS} characters")
         body, _, signature = cursor.partition(".")
-        if not body or not signature or not hmac.compare_digest(signature, self._sign(body)):
+        # Issued cursors are ASCII, and compare_digest raises TypeError on any other str.
+        if not cursor.isascii() or not body or not signature or not hmac.compare_digest(signature, self._sign(body)):
             raise InvalidCursor("cursor is malformed or its signature does not match")
         claims = json.loads(_unb64(body))
         if claims.get("t") != _digest(tool.encode()):
