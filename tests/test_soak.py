@@ -257,7 +257,7 @@ async def soak_rounds(soak: Soak, router: Router, url: str, client_log: Path) ->
             for round_no in range(ROUNDS):
                 try:
                     reports = await clients.run_round(round_no)
-                except anyio.EndOfStream:
+                except (anyio.EndOfStream, anyio.IncompleteRead):
                     pytest.fail(f"the client process ended: {client_log.read_text()[-2000:]}")
                 soak.close_round(check_round(round_no, reports))
                 soak.samples.append(await settled_sample(router, soak.samples[0]["tasks"] if soak.samples else None))
