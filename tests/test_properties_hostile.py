@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import anyio
 import jsonschema
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -281,21 +282,11 @@ def check_dispatch(calls: list[Drawn], host: HostileHost) -> None:
 @contextmanager
 def batch_env(limit: int, concurrency: int) -> Iterator[None]:
     """Settings are read per call from the environment; set them for one example and restore."""
-    wanted = {
-        "CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES": str(limit),
-        "CENTRALMCP_ROUTER_BATCH_CONCURRENCY": str(concurrency),
-        "CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS": CALL_TIMEOUT,
-    }
-    saved = {key: os.environ.get(key) for key in wanted}
-    os.environ.update(wanted)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", str(limit))
+        patch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", str(concurrency))
+        patch.setenv("CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS", CALL_TIMEOUT)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def raw_calls(calls: Any) -> Any:
@@ -354,15 +345,9 @@ TICKET_TOOLS = ["list_tickets", "get_ticket", "slow_ticket", "process_id", "clos
 
 
 def untrusted_router() -> tuple[Router, _DispatchSpy]:
-    saved = os.environ.get("CENTRALMCP_ROUTER_RATE_PER_SECOND")
-    os.environ["CENTRALMCP_ROUTER_RATE_PER_SECOND"] = "100000"  # read once, when the router is built
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "100000")  # read once, when the router is built
         router = Router({"tickets": tickets_server()}, options={"tickets": BackendOptions(trust_annotations=False, read_allow=UNTRUSTED_READS)})
-    finally:
-        if saved is None:
-            os.environ.pop("CENTRALMCP_ROUTER_RATE_PER_SECOND", None)
-        else:
-            os.environ["CENTRALMCP_ROUTER_RATE_PER_SECOND"] = saved
     spy = _DispatchSpy()
     router.plugin_manager.register(spy)
     return router, spy
