@@ -236,6 +236,23 @@ async def test_adopt_replaces_the_routers_own_batch_and_says_so(monkeypatch: pyt
     assert [i["status"] for i in response["results"]] == ["ok", "blocked"]
 
 
+async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(router: ModuleType) -> None:
+    from pydantic import BaseModel
+
+    class BatchCall(BaseModel):  # the shape of the router's own entry model
+        name: str
+        arguments: dict[str, Any] | None = None
+        id: str | None = None
+        cursor: str | None = None
+
+    assert not hasattr(router, "invoke_read_tool_batch")  # minimal mode
+    centralmcp.adopt(router)
+    response = await router.invoke_read_tool_batch(None, [BatchCall(name="get_device", arguments={"serial": "a"}, id="m"), {"name": 3}])
+    assert [(i["id"], i["status"]) for i in response["results"]] == [("m", "ok"), ("1", "invalid_call")]
+    over_mcp = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}, "id": "m"}])
+    assert over_mcp["results"][0] == response["results"][0]
+
+
 def test_adopt_with_replace_false_refuses_a_router_that_has_its_own_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     router = load_router(monkeypatch, "default")
     with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch' and replace=False"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Optional
 
@@ -115,9 +115,9 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
 
     The same call serves every router mode. In minimal mode the router has no batch and this
     adds one: calling ``adopt`` is the explicit choice. In default mode the router defines its
-    own batch; this tool takes its place (logged), on ``router.mcp`` and as the module's
-    ``invoke_read_tool_batch``, so one process never runs two batches. ``replace=False``
-    refuses such a router instead.
+    own batch; this tool takes its place (logged), so one process never runs two batches.
+    In both modes the module's ``invoke_read_tool_batch`` becomes this tool too, for callers
+    in the router's process. ``replace=False`` refuses a router that has its own batch.
     """
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
@@ -128,9 +128,29 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
     with settings.adopted_explicitly():
         pm = hosting.install(server, *host_plugins(router))
     _compat.publish_output_schema(server, TOOL_NAME, adopted_output_schema())
-    if hasattr(router, TOOL_NAME):  # in-process callers of the router's own function get this tool
-        setattr(router, TOOL_NAME, _compat.tool_function(server, TOOL_NAME))
+    setattr(router, TOOL_NAME, in_process_batch(_compat.tool_function(server, TOOL_NAME)))
     return pm
+
+
+def in_process_batch(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """The tool as the router module's own ``invoke_read_tool_batch(ctx, calls)`` is called in process.
+
+    Callers in the router's process (its tests, its wrappers) may pass the router's pydantic
+    ``BatchCall`` objects, as its own batch accepts; they become the JSON objects a client
+    would send. Over MCP entries are always JSON, so the published tool never sees them.
+    """
+
+    async def invoke_read_tool_batch(ctx: Any, calls: Any = None) -> dict[str, Any]:
+        if isinstance(calls, list):
+            calls = [_as_json_object(call) for call in calls]
+        return await tool(ctx, calls)
+
+    return invoke_read_tool_batch
+
+
+def _as_json_object(call: Any) -> Any:
+    dump = getattr(call, "model_dump", None)
+    return dump(mode="json") if callable(dump) and not isinstance(call, Mapping) else call
 
 
 # What the router's ResponseEnvelopeMiddleware makes of a dict with an ``error`` key (a rejected
