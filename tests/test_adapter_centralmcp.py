@@ -236,7 +236,7 @@ async def test_adopt_replaces_the_routers_own_batch_and_says_so(monkeypatch: pyt
     assert [i["status"] for i in response["results"]] == ["ok", "blocked"]
 
 
-async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(router: ModuleType) -> None:
+async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import BaseModel
 
     class BatchCall(BaseModel):  # the shape of the router's own entry model
@@ -245,7 +245,7 @@ async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the
         id: str | None = None
         cursor: str | None = None
 
-    assert not hasattr(router, "invoke_read_tool_batch")  # minimal mode
+    router = load_router(monkeypatch, "default")
     centralmcp.adopt(router)
     response = await router.invoke_read_tool_batch(None, [BatchCall(name="get_device", arguments={"serial": "a"}, id="m"), {"name": 3}])
     assert [(i["id"], i["status"]) for i in response["results"]] == [("m", "ok"), ("1", "invalid_call")]
@@ -264,6 +264,7 @@ def test_adopt_in_minimal_mode_registers_while_plain_install_still_does_not(rout
     assert not _compat.has_tool(router.mcp, "invoke_read_tool_batch")
     centralmcp.adopt(router)
     assert _compat.has_tool(router.mcp, "invoke_read_tool_batch")
+    assert not hasattr(router, "invoke_read_tool_batch")  # the module's own tests read its absence as minimal mode
     from centralmcp_batch import hosting
 
     other = _compat.new_server("plain")
@@ -331,3 +332,12 @@ class TestCentralMCPRouterConforms(HostConformance):
         router = load_router(monkeypatch, "default")
         router.set_dispatch_rate_gate(Tokens())
         return centralmcp.host_plugins(router)
+
+
+async def test_the_documented_differences_from_the_routers_own_batch(adopted: ModuleType) -> None:
+    blank = await batch(adopted, [{"id": "   ", "name": "get_device", "arguments": {"serial": "a"}}, {"id": "  ", "name": "list_sites"}])
+    assert [(i["id"], i["status"]) for i in blank["results"]] == [("   ", "ok"), ("  ", "ok")]
+    clash = await batch(adopted, [{"name": "list_sites"}, {"id": "0", "name": "list_sites"}])
+    assert clash == {"ok": False, "error": "duplicate call id '0': ids must be unique within a batch so results can be correlated"}
+    nested = (await batch(adopted, [{"name": "invoke_read_tool_batch", "arguments": {"calls": []}}]))["results"][0]
+    assert (nested["status"], nested["error"]) == ("blocked", "invoke_read_tool_batch cannot be called from inside a batch: name a backend tool")

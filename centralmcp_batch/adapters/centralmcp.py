@@ -116,8 +116,9 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
     The same call serves every router mode. In minimal mode the router has no batch and this
     adds one: calling ``adopt`` is the explicit choice. In default mode the router defines its
     own batch; this tool takes its place (logged), so one process never runs two batches.
-    In both modes the module's ``invoke_read_tool_batch`` becomes this tool too, for callers
-    in the router's process. ``replace=False`` refuses a router that has its own batch.
+    The module's own ``invoke_read_tool_batch`` then calls this tool too, for callers in the
+    router's process; in minimal mode the module keeps having none, as its own tests expect.
+    ``replace=False`` refuses a router that has its own batch.
     """
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
@@ -128,7 +129,8 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
     with settings.adopted_explicitly():
         pm = hosting.install(server, *host_plugins(router))
     _compat.publish_output_schema(server, TOOL_NAME, adopted_output_schema())
-    setattr(router, TOOL_NAME, in_process_batch(_compat.tool_function(server, TOOL_NAME)))
+    if hasattr(router, TOOL_NAME):  # default mode: the router's own function name now calls this tool
+        setattr(router, TOOL_NAME, in_process_batch(_compat.tool_function(server, TOOL_NAME)))
     return pm
 
 
