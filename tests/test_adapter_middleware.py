@@ -165,3 +165,13 @@ async def test_a_secret_is_tokenized_in_a_batch_over_stdio_on_the_router_run_as_
         assert resolved.structured["results"][0]["result"]["valid"] is True
         rejected = await client.call_tool("invoke_read_tool_batch", {"calls": []})
         assert not rejected.is_error and rejected.structured["data"] == {"ok": False, "error": "calls must contain at least one entry"}
+
+
+async def test_an_all_ok_answer_cut_to_its_skeleton_is_neither_enveloped_nor_audited_as_an_error(
+    router: ModuleType, client: _compat.ClientHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "1024")
+    calls = [{"id": str(i) * 90, "name": "get_device", "arguments": {"serial": "a"}} for i in range(1, 10)]
+    answer = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+    assert (answer["ok"], answer["truncated"], answer["skeleton"]) == (True, True, True)
+    assert audit(router).records[-1]["outcome"] == "success"
