@@ -46,7 +46,7 @@ def centralmcp_read_gate(tool: ToolRef) -> Optional[str]:
 def centralmcp_resume_cursor(tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
     """Verify a continuation cursor against this tool and these arguments.
 
-    Raise :class:`centralmcp_batch.InvalidCursor` to refuse; what is returned is handed to
+    Raise ``centralmcp_batch.InvalidCursor`` to refuse; what is returned is handed to
     dispatch as ``resume``. With no implementation every cursor is refused.
 
     :param tool: the tool the cursor is presented for.
