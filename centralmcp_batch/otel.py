@@ -89,7 +89,7 @@ class BatchTelemetry:
         self.entries.add(1, labels)
         self.entry_duration.record(seconds, labels)
         batch = self._current.get()
-        attributes = {
+        attributes: dict[str, Any] = {
             "centralmcp.index": int(item.get("index", -1)),
             "centralmcp.status": status,
             "centralmcp.seconds": seconds,

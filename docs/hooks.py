@@ -44,7 +44,7 @@ def _range(setting: settings.Setting) -> str:
     return f"{_number(setting.minimum)} to {_number(setting.maximum)}"
 
 
-def _declared(entry: Mapping[str, Any]) -> tuple[float, float, Any]:
+def _declared(entry: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     return entry.get("default"), entry.get("minimum"), entry.get("maximum")
 
 
@@ -89,7 +89,7 @@ def hooks_table(manifest: Mapping[str, Any]) -> str:
     for name, spec in specs():
         arguments = ", ".join(inspect.signature(spec).parameters)
         firstresult = getattr(spec, f"{hookspecs.PROJECT}_spec", {}).get("firstresult", False)
-        summary = inspect.getdoc(spec).splitlines()[0] if inspect.getdoc(spec) else ""
+        summary = (inspect.getdoc(spec) or "").partition("\n")[0]
         if not summary:
             raise DocsDrift(f"hookspec {name} has no docstring")
         answers = "the first that is not None" if firstresult else "every implementation"

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from centralmcp_batch import ToolRef, _compat, engine, hosting, otel, pipeline
+from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 from centralmcp_batch.testing import InlineHost, call, sample_host
 
@@ -207,7 +208,7 @@ async def test_entry_spans_are_children_of_the_batch_span_over_mcp(telemetry: Te
 @pytest.mark.skipif(not PIPELINE_REPORTS_WAITS, reason="the pipeline does not call centralmcp_rate_token_waited yet")
 async def test_the_wait_for_a_slow_limiter_is_measured_over_mcp(telemetry: Telemetry) -> None:
     class SlowLimiter:
-        @otel.hookimpl
+        @hookimpl
         async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
             await anyio.sleep(0.05)
 
