@@ -105,7 +105,7 @@ def test_the_data_is_the_same_on_every_run() -> None:
     assert demo.DemoNetwork() == demo.DemoNetwork()
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [("0", 0.0), ("250", 0.25), ("", 0.08), ("fast", 0.08), ("-5", 0.08), ("999999", 0.08)])
+@pytest.mark.parametrize(("raw", "seconds"), [("0", 0.0), ("250", 0.25), ("", 0.08), ("fast", 0.08), ("2.5", 0.08), ("-5", 0.0), ("999999", 5.0)])
 def test_latency_setting(monkeypatch: pytest.MonkeyPatch, raw: str, seconds: float) -> None:
     monkeypatch.setenv(demo.LATENCY_ENV, raw)
     assert demo.latency_seconds() == pytest.approx(seconds)

@@ -28,18 +28,19 @@ RATE = Setting("CENTRALMCP_ROUTER_RATE_PER_SECOND", 8.0, 0.001, None, integer=Fa
 BURST_ENV = "CENTRALMCP_ROUTER_RATE_BURST"
 MAX_ITEMS = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_ITEMS", 200, 1, 200)
 MAX_BYTES = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", 200_000, 1_024)
-CURSOR_TTL_ENV = "CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS"
+CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
 NOT_READ_ONLY = "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
 FIRST_CONNECT_SECONDS = 30.0
 
 
-def _cursor_ttl(environ: Mapping[str, str]) -> int:
-    try:
-        ttl = int(environ.get(CURSOR_TTL_ENV, "900"))
-    except ValueError:
-        ttl = 900
-    return min(3600, max(30, ttl))
+def cursor_key(environ: Mapping[str, str]) -> Optional[bytes]:
+    """The signing key as the bytes the operator set; any bytes are a key, none means a random one.
+
+    On POSIX ``os.environ`` keeps undecodable bytes as surrogates, and ``os.fsencode`` gives them back
+    unchanged, so a key that is not UTF-8 neither stops the router nor reaches an error message.
+    """
+    return os.fsencode(environ.get(CURSOR_KEY_ENV, "")) or None
 
 
 def _burst(environ: Mapping[str, str], rate: float) -> int:
@@ -57,8 +58,7 @@ class Router:
         self.options = dict(options or {})
         rate = RATE.read(env)
         self.limiter = TokenBucket(rate, _burst(env, rate))
-        key = env.get(CURSOR_KEY_ENV, "").encode() or None
-        self.cursors = CursorSigner(key, _cursor_ttl(env))
+        self.cursors = CursorSigner(cursor_key(env), int(CURSOR_TTL.read(env)))
         self.max_items, self.max_bytes = int(MAX_ITEMS.read(env)), int(MAX_BYTES.read(env))
         self.catalog = Catalog()
         self.local: dict[str, Any] = {}
