@@ -146,13 +146,14 @@ class DemoNetwork:
         for site in self.sites:
             if site["site_id"] == site_id:
                 return site
-        raise _compat.ToolError(f"Unknown site '{site_id}'. list_sites gives the site ids.")
+        # Never the value asked for: the README tells hosts to keep argument values out of errors.
+        raise _compat.ToolError("Unknown site: no site has that site_id. list_sites gives the site ids.")
 
     def device(self, serial: str) -> dict[str, Any]:
         for device in self.devices:
             if device["serial"] == serial:
                 return device
-        raise _compat.ToolError(f"Unknown device '{serial}'. list_devices gives the serials.")
+        raise _compat.ToolError("Unknown device: no device has that serial. list_devices gives the serials.")
 
     def record_change(self, action: str, target: str, **details: Any) -> dict[str, Any]:
         change = {"change_id": f"CHG-{len(self.changes) + 1:04d}", "action": action, "target": target, **details}
