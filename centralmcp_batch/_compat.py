@@ -15,6 +15,7 @@ from importlib.metadata import version
 from typing import Any, Callable, Optional
 
 import anyio
+import pydantic
 
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
@@ -128,6 +129,23 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     if isinstance(raw, tuple):  # 1.x: (content blocks, structured content)
         return Answer(is_error=False, structured=raw[1], text=_joined_text(raw[0]))
     return Answer(is_error=False, text=_joined_text(raw))
+
+
+def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> Optional[list[dict[str, Any]]]:
+    """Why an in-process tool refuses ``arguments``, as pydantic's structured errors without the input.
+
+    None when the tool is unknown or the arguments validate. Both SDK lines validate with the
+    tool's ``fn_metadata.arg_model`` after ``pre_parse_json``, so this repeats their check.
+    """
+    tool = _tools(server).get(name)
+    if tool is None:
+        return None
+    metadata = tool.fn_metadata
+    try:
+        metadata.arg_model.model_validate(metadata.pre_parse_json(dict(arguments)))
+    except pydantic.ValidationError as exc:
+        return [{"type": error["type"], "loc": error["loc"], "msg": error["msg"]} for error in exc.errors(include_url=False, include_input=False, include_context=False)]
+    return None
 
 
 def structured_result(structured: dict[str, Any], text: str) -> Any:

@@ -58,6 +58,10 @@ class Catalog:
         entry = self.entries.get(name)
         return entry.ref if entry else None
 
+    def input_schema(self, name: str) -> dict[str, Any]:
+        entry = self.entries.get(name)
+        return entry.input_schema if entry else {}
+
     def search(self, query: str, top_k: int, server: Optional[str], wanted: Optional[str]) -> list[dict[str, Any]]:
         words = [word for word in re.split(r"[^a-z0-9]+", query.lower()) if word]
         scored = []

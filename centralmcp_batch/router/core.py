@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from ..settings import BatchSettings, Setting
 from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
+from . import validation
 from .cursors import CursorSigner
 
 log = logging.getLogger(__name__)
@@ -138,10 +138,19 @@ class Router:
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
-            return {"error": without_input_values(answer.text) or "the tool reported an error"}
+            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
         bounds = Bounds(self.max_items, max_bytes or self.max_bytes)
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
+
+    def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str) -> str:
+        """A backend's error as the caller may see it: a validation error is retold without its values."""
+        if not validation.is_validation_error(text):
+            return text
+        fields = validation.field_names(self.catalog.input_schema(tool.name))
+        local = self.local.get(tool.server or "")
+        details = None if local is None else _compat.argument_errors(local, tool.name, arguments)
+        return validation.retold(tool.name, text, details, fields)
 
     # -- the router's own tools -------------------------------------------------------
 
@@ -171,14 +180,6 @@ class Router:
         if outcome.status == "ok":
             return outcome.result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
-
-
-_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.S)
-
-
-def without_input_values(text: str) -> str:
-    """A backend's error without the argument values the SDK's validation errors quote."""
-    return _INPUT_VALUE.sub("input_value=<hidden>", text)
 
 
 class RouterHooks:
