@@ -273,6 +273,28 @@ async def run_stdio(server: Any) -> None:
     await server.run_stdio_async()
 
 
-def http_app(server: Any) -> Any:
-    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``."""
+# What both SDK lines allow by default on a loopback address: DNS-rebinding protection on.
+LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+
+
+def transport_security(allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()) -> Any:
+    """DNS-rebinding protection that accepts localhost and, besides, exactly the hosts and origins given.
+
+    The SDKs compare ``allowed_hosts`` with the whole Host header, port included, and read a
+    trailing ``:*`` as any port; the caller passes the patterns it means.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = list(dict.fromkeys([*LOCAL_HOSTS, *allowed_hosts]))
+    origins = list(dict.fromkeys([*LOCAL_ORIGINS, *allowed_origins]))
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def http_app(server: Any, *, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()) -> Any:
+    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``, checking Host and Origin."""
+    security = transport_security(allowed_hosts, allowed_origins)
+    if SDK_MAJOR >= 2:
+        return server.streamable_http_app(transport_security=security)
+    server.settings.transport_security = security  # 1.x reads it from the settings made at construction
     return server.streamable_http_app()
