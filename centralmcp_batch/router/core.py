@@ -12,6 +12,7 @@ import anyio
 
 from .. import _compat, hosting, pipeline
 from ..engine import Guards
+from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
 from ..models import CallContext, ToolRef
@@ -61,6 +62,7 @@ class Router:
         self.cursors = CursorSigner(cursor_key(env), int(CURSOR_TTL.read(env)))
         self.max_items, self.max_bytes = int(MAX_ITEMS.read(env)), int(MAX_BYTES.read(env))
         self.catalog = Catalog()
+        self.conflicts: dict[str, dict[str, str]] = {}  # remote server -> {its tool name: the server that has it}
         self.local: dict[str, Any] = {}
         self.remotes: dict[str, RemoteBackend] = {}
         for server, backend in backends.items():
@@ -73,7 +75,7 @@ class Router:
 
     def _add_backend(self, server: str, backend: Any) -> None:
         if is_remote(backend):
-            self.remotes[server] = RemoteBackend(server, backend)
+            self.remotes[server] = RemoteBackend(server, backend, on_tools=self._index_remote)
         elif _compat.is_server(backend):
             self.local[server] = backend
             self.catalog.add_backend(server, _compat.server_tools(backend), self.options_for(server))
@@ -105,7 +107,7 @@ class Router:
             with anyio.move_on_after(FIRST_CONNECT_SECONDS):
                 for remote in self.remotes.values():
                     await remote.first_attempt.wait()
-            self._index_remotes()
+            self._check_first_connects()
             self._connected += 1
             try:
                 yield self
@@ -113,12 +115,23 @@ class Router:
                 self._connected -= 1
                 tasks.cancel_scope.cancel()
 
-    def _index_remotes(self) -> None:
+    def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
+        """On every (re)connect: the catalog holds the backend's current tools, and only those."""
+        conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
+        if conflicts:
+            log.error("backend %r publishes tool names other backends serve, left out: %s", name, ", ".join(sorted(conflicts)))
+            self.conflicts[name] = conflicts
+        else:
+            self.conflicts.pop(name, None)
+
+    def _check_first_connects(self) -> None:
+        if self.conflicts:  # at start-up, as for in-process backends, a duplicate name is an error
+            name, conflicts = next(iter(self.conflicts.items()))
+            tool = min(conflicts)
+            raise HostContractError(f"duplicate backend tool name {tool!r}: served by {conflicts[tool]!r} and {name!r}")
         for name, remote in self.remotes.items():
             if remote.client is None:
-                log.warning("backend %r did not start (%s); the other backends keep serving", name, remote.error)
-                continue
-            self.catalog.add_backend(name, remote.tools, self.options_for(name))
+                log.warning("backend %r did not start (%s); the others serve, and it joins when it comes up", name, remote.error)
 
     @asynccontextmanager
     async def _lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:
