@@ -144,7 +144,10 @@ def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> Opt
     try:
         metadata.arg_model.model_validate(metadata.pre_parse_json(dict(arguments)))
     except pydantic.ValidationError as exc:
-        return [{"type": error["type"], "loc": error["loc"], "msg": error["msg"]} for error in exc.errors(include_url=False, include_input=False, include_context=False)]
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        return [{"type": error["type"], "loc": error["loc"], "msg": error["msg"]} for error in errors]
+    except Exception:  # the SDK's own check failed some other way: the caller falls back to the schema's names
+        return None
     return None
 
 

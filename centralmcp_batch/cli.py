@@ -55,7 +55,8 @@ ALLOWED_ORIGINS_ENV = "CENTRALMCP_ROUTER_ALLOWED_ORIGINS"
 def _allowed_host(text: str) -> str:
     host = text.strip()
     if not host or any(mark in host for mark in " /*,"):
-        raise argparse.ArgumentTypeError(f"invalid host {text!r}: give a Host header value such as mcp.example.com or mcp.example.com:8000")
+        hint = "give a Host header value such as mcp.example.com or mcp.example.com:8000"
+        raise argparse.ArgumentTypeError(f"invalid host {text!r}: {hint}")
     return host
 
 
@@ -63,7 +64,8 @@ def _allowed_origin(text: str) -> str:
     origin = text.strip()
     scheme, _, rest = origin.partition("://")
     if scheme not in ("http", "https") or not rest or any(mark in rest for mark in " /*,"):
-        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: give scheme://host[:port], such as https://app.example.com")
+        hint = "give scheme://host[:port], such as https://app.example.com"
+        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: {hint}")
     return origin
 
 
@@ -88,10 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP at /mcp")
     serve.add_argument("--host", help="HTTP only: the address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="HTTP only: the port to bind (default 8000)")
-    serve.add_argument("--allow-host", action="append", type=_allowed_host, default=[], metavar="HOST",
-                       help=f"HTTP only: accept this Host header besides localhost (repeatable; also {ALLOWED_HOSTS_ENV}, comma-separated)")
-    serve.add_argument("--allow-origin", action="append", type=_allowed_origin, default=[], metavar="ORIGIN",
-                       help=f"HTTP only: accept this Origin header besides localhost (repeatable; also {ALLOWED_ORIGINS_ENV}, comma-separated)")
+    also = "repeatable; also {}, comma-separated"
+    serve.add_argument(
+        "--allow-host", action="append", type=_allowed_host, default=[], metavar="HOST",
+        help=f"HTTP only: accept this Host header besides localhost ({also.format(ALLOWED_HOSTS_ENV)})",
+    )
+    serve.add_argument(
+        "--allow-origin", action="append", type=_allowed_origin, default=[], metavar="ORIGIN",
+        help=f"HTTP only: accept this Origin header besides localhost ({also.format(ALLOWED_ORIGINS_ENV)})",
+    )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="stderr log level (default info)")
     serve.set_defaults(parser=serve)
 
@@ -141,12 +148,15 @@ def _fail(message: str) -> int:
 def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .router.serve import HttpAccess, serve
 
-    if args.transport == "stdio" and (args.host is not None or args.port is not None or args.allow_host or args.allow_origin):
+    http_only = (args.host, args.port, args.allow_host or None, args.allow_origin or None)
+    if args.transport == "stdio" and any(option is not None for option in http_only):
         parser.error("--host, --port, --allow-host and --allow-origin apply to --transport http only")
     try:
-        access = HttpAccess(args.allow_host + _from_env(ALLOWED_HOSTS_ENV, _allowed_host), args.allow_origin + _from_env(ALLOWED_ORIGINS_ENV, _allowed_origin))
+        hosts = args.allow_host + _from_env(ALLOWED_HOSTS_ENV, _allowed_host)
+        origins = args.allow_origin + _from_env(ALLOWED_ORIGINS_ENV, _allowed_origin)
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
+    access = HttpAccess(hosts, origins)
     config = None if args.demo else _config_path(parser, args.config)
     # Before any server is made: on stdio, stdout is the protocol, so every log goes to stderr.
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -9,17 +9,21 @@ from typing import Any
 
 import anyio
 import pytest
+from backends.tickets import tickets_server
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 from centralmcp_batch import HostContractError
 from centralmcp_batch.router import Router, StdioBackend
 from centralmcp_batch.testing import call
 
-from backends.tickets import tickets_server
-
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
-NOT_READ_ONLY = "Tool 'flip' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+NOT_READ_ONLY = (
+    "Tool 'flip' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
 
 
 @pytest.fixture
@@ -29,7 +33,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def shifting_spec(state: Path) -> StdioBackend:
-    env = {**os.environ, "SHIFTING_STATE": str(state), "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "SHIFTING_STATE": str(state),
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     return StdioBackend(sys.executable, (SHIFTING,), env)
 
 
@@ -106,9 +114,16 @@ async def test_a_late_backend_with_a_name_another_backend_serves_leaves_it_out(s
 
 async def test_a_duplicate_name_at_start_up_is_still_an_error() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    router = Router({"local": tickets_server(), "remote": StdioBackend(sys.executable, (str(HERE / "backends" / "tickets.py"),), env)})
+    router = Router(
+        {
+            "local": tickets_server(),
+            "remote": StdioBackend(sys.executable, (str(HERE / "backends" / "tickets.py"),), env),
+        }
+    )
     with pytest.raises(Exception) as raised:
         async with router.connected():
             pass
     errors = raised.value.exceptions if isinstance(raised.value, BaseExceptionGroup) else [raised.value]
-    assert any(isinstance(error, HostContractError) and "served by 'local' and 'remote'" in str(error) for error in errors)
+    assert any(
+        isinstance(error, HostContractError) and "served by 'local' and 'remote'" in str(error) for error in errors
+    )

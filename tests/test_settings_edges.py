@@ -10,13 +10,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from backends.tickets import tickets_server
 
 from centralmcp_batch import _compat, settings
 from centralmcp_batch.router import Router, core, demo
 from centralmcp_batch.settings import BatchSettings
 from centralmcp_batch.testing import call
-
-from backends.tickets import tickets_server
 
 ROOT = Path(__file__).resolve().parents[1]
 # A key that is not UTF-8: os.environ holds the 0xff byte as the surrogate U+DCFF.
@@ -43,7 +42,9 @@ KEY_AS_ENVIRON = os.fsdecode(RAW_KEY)
         (settings.BATCH_TIMEOUT, " 2.5 ", "batch_timeout", 2.5),
     ],
 )
-def test_batch_settings_clamp_and_only_a_non_number_means_the_default(env: str, raw: str, field: str, expected: float) -> None:
+def test_batch_settings_clamp_and_only_a_non_number_means_the_default(
+    env: str, raw: str, field: str, expected: float
+) -> None:
     assert getattr(BatchSettings.from_env({env: raw}), field) == pytest.approx(expected)
 
 
@@ -95,11 +96,24 @@ def _environment_with_raw_key() -> dict[bytes, bytes]:
 
 
 def _shows_no_key_byte(output: bytes) -> bool:
-    return b"\xff" not in output and b"\xfe" not in output and b"xff" not in output and b"udcff" not in output and b"k\\" not in output
+    return (
+        b"\xff" not in output
+        and b"\xfe" not in output
+        and b"xff" not in output
+        and b"udcff" not in output
+        and b"k\\" not in output
+    )
 
 
 def test_plugins_runs_with_a_non_utf8_key_and_never_prints_it() -> None:
-    finished = subprocess.run([sys.executable, "-m", "centralmcp_batch", "plugins"], capture_output=True, env=_environment_with_raw_key(), timeout=120, cwd=ROOT)
+    finished = subprocess.run(
+        [sys.executable, "-m", "centralmcp_batch", "plugins"],
+        check=False,
+        capture_output=True,
+        env=_environment_with_raw_key(),
+        timeout=120,
+        cwd=ROOT,
+    )
     assert finished.returncode == 0, finished.stderr
     assert b"satisfied" in finished.stdout
     assert _shows_no_key_byte(finished.stdout + finished.stderr)
@@ -108,7 +122,11 @@ def test_plugins_runs_with_a_non_utf8_key_and_never_prints_it() -> None:
 @pytest.mark.anyio
 async def test_serve_runs_with_a_non_utf8_key() -> None:
     environ = {os.fsdecode(key): os.fsdecode(value) for key, value in _environment_with_raw_key().items()}
-    params = _compat.StdioServerParameters(command=sys.executable, args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"], env=environ)
+    params = _compat.StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"],
+        env=environ,
+    )
     with anyio.fail_after(60):
         async with _compat.connect(params) as client:
             first = (await client.call_tool("invoke_read_tool", {"name": "list_clients"})).payload

@@ -16,27 +16,34 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import pytest
+from backends.probe import probe_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from centralmcp_batch import _compat
-from centralmcp_batch.router import Router, StdioBackend
-from centralmcp_batch.router import validation
-
-from backends.probe import probe_server
+from centralmcp_batch.router import Router, StdioBackend, validation
 
 HERE = Path(__file__).resolve().parent
 SECRET = "qx9SECRET"
 EXAMPLES = int(os.environ.get("CENTRALMCP_BATCH_PROPERTY_EXAMPLES", "40"))
-PROPERTY_SETTINGS = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], print_blob=True)
+PROPERTY_SETTINGS = settings(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    print_blob=True,
+)
 
 # Text around the secret that broke the old regex scrubbing, and pydantic's own punctuation.
 TRICKS = ["]", ", input_type=", "input_value=", "[type=string_type, ", "\n", "'", '"', ".", "\nserial\n  "]
-hiding = st.tuples(st.sampled_from(["", *TRICKS]), st.sampled_from(["", *TRICKS])).map(lambda ends: ends[0] + SECRET + ends[1])
+hiding = st.tuples(st.sampled_from(["", *TRICKS]), st.sampled_from(["", *TRICKS])).map(
+    lambda ends: ends[0] + SECRET + ends[1]
+)
 leaves = st.one_of(hiding, st.integers(), st.floats(allow_nan=False), st.booleans(), st.none())
 shapes = st.recursive(
     leaves,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.one_of(hiding, st.sampled_from(["a", "0"])), inner, max_size=3)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.one_of(hiding, st.sampled_from(["a", "0"])), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 FIELDS = ["serial", "count", "tags", "filters", "mode"]
@@ -62,10 +69,9 @@ def remote_router() -> Iterator[tuple[Router, anyio.from_thread.BlockingPortal]]
     os.environ.setdefault("CENTRALMCP_ROUTER_RATE_PER_SECOND", "100000")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
     router = Router({"probe": StdioBackend(sys.executable, (str(HERE / "backends" / "probe.py"),), env)})
-    with anyio.from_thread.start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(router.connected()):
-            assert router.catalog.find("probe_read") is not None, router.backend_errors
-            yield router, portal
+    with anyio.from_thread.start_blocking_portal() as portal, portal.wrap_async_context_manager(router.connected()):
+        assert router.catalog.find("probe_read") is not None, router.backend_errors
+        yield router, portal
 
 
 @pytest.fixture
@@ -85,7 +91,9 @@ def test_in_process_validation_errors_never_carry_a_value(fast_limiter: None, dr
 
 @settings(PROPERTY_SETTINGS, max_examples=max(10, EXAMPLES // 2))
 @given(drawn=st.lists(arguments, min_size=1, max_size=25))
-def test_remote_validation_errors_never_carry_a_value(remote_router: tuple[Router, Any], drawn: list[dict[str, Any]]) -> None:
+def test_remote_validation_errors_never_carry_a_value(
+    remote_router: tuple[Router, Any], drawn: list[dict[str, Any]]
+) -> None:
     router, portal = remote_router
     check_no_secret(portal.call(batch_over_session, router, drawn))
 
@@ -106,7 +114,11 @@ async def test_the_four_inputs_of_the_issue_come_back_structured_without_the_val
         "invalid arguments for tool 'probe_read': serial: Input should be a valid string [string_type]; "
         "tags[0][0]: Input should be a valid integer, unable to parse string as an integer [int_parsing]"
     )
-    assert errors[3] == "invalid arguments for tool 'probe_read': filters[<key>]: Input should be a valid integer, unable to parse string as an integer [int_parsing]"
+    assert (
+        errors[3]
+        == "invalid arguments for tool 'probe_read': filters[<key>]: "
+        "Input should be a valid integer, unable to parse string as an integer [int_parsing]"
+    )
 
 
 def test_the_four_inputs_over_stdio_name_only_schema_fields(remote_router: tuple[Router, Any]) -> None:
@@ -120,4 +132,7 @@ def test_the_four_inputs_over_stdio_name_only_schema_fields(remote_router: tuple
 def test_messages_other_than_validation_errors_pass_unchanged() -> None:
     assert validation.retold("t", "backend is down", None, ["a"]) == "backend is down"
     value_error = [{"type": "value_error", "loc": ("a",), "msg": f"Value error, {SECRET} is bad"}]
-    assert validation.retold("t", "1 validation error for tArguments", value_error, ["a"]) == "invalid arguments for tool 't': a: the value is not valid [value_error]"
+    assert (
+        validation.retold("t", "1 validation error for tArguments", value_error, ["a"])
+        == "invalid arguments for tool 't': a: the value is not valid [value_error]"
+    )

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 from .backends import HttpBackend, StdioBackend
 from .catalog import BackendOptions
@@ -100,7 +100,9 @@ def check_backend(name: str, table: Any) -> None:
         raise ConfigError(f"{where}: needs exactly one of module, command or url, got {given}")
     for key in ONLY_WITH_COMMAND:
         if key in table and "command" not in table:
-            raise ConfigError(f"{where}: key {key!r} applies to a command backend only, and this one has {sources[0]!r}")
+            raise ConfigError(
+                f"{where}: key {key!r} applies to a command backend only, and this one has {sources[0]!r}"
+            )
 
 
 def check_file(data: Mapping[str, Any]) -> None:
@@ -116,7 +118,7 @@ def check_file(data: Mapping[str, Any]) -> None:
         check_backend(name, table)
 
 
-def load_router(path: Union[str, Path]) -> Router:
+def load_router(path: str | Path) -> Router:
     data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     try:
         check_file(data)

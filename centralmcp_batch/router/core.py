@@ -17,10 +17,10 @@ from ..hookspecs import hookimpl
 from ..host import HostHooks
 from ..models import CallContext, ToolRef
 from ..settings import BatchSettings, Setting
+from . import validation
 from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
-from . import validation
 from .cursors import CursorSigner
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,8 @@ class Router:
         """On every (re)connect: the catalog holds the backend's current tools, and only those."""
         conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
         if conflicts:
-            log.error("backend %r publishes tool names other backends serve, left out: %s", name, ", ".join(sorted(conflicts)))
+            left_out = ", ".join(sorted(conflicts))
+            log.error("backend %r publishes tool names other backends serve, left out: %s", name, left_out)
             self.conflicts[name] = conflicts
         else:
             self.conflicts.pop(name, None)
@@ -131,7 +132,8 @@ class Router:
             raise HostContractError(f"duplicate backend tool name {tool!r}: served by {conflicts[tool]!r} and {name!r}")
         for name, remote in self.remotes.items():
             if remote.client is None:
-                log.warning("backend %r did not start (%s); the others serve, and it joins when it comes up", name, remote.error)
+                why = remote.error
+                log.warning("backend %r did not start (%s); the others serve, and it joins when it comes up", name, why)
 
     @asynccontextmanager
     async def _lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:

@@ -36,7 +36,9 @@ def _has_port(host: str) -> bool:
     return host.rsplit("]", 1)[-1].count(":") == 1 if host.startswith("[") else ":" in host
 
 
-def serve(router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, access: HttpAccess = HttpAccess()) -> None:
+def serve(
+    router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, access: HttpAccess = HttpAccess()
+) -> None:
     """Run until stopped. On stdio, stdout carries only the protocol: logs go to stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if transport == "stdio":
@@ -51,7 +53,9 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     import uvicorn
 
     if host not in LOOPBACK and not access.hosts:
-        log.warning("bound to %s, but only localhost Host headers are accepted: name the others with --allow-host", host)
+        log.warning(
+            "bound to %s, but only localhost Host headers are accepted: name the others with --allow-host", host
+        )
     app = _compat.http_app(router.server, allowed_hosts=access.host_patterns(), allowed_origins=list(access.origins))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     async with router.connected():  # one session per remote backend for all HTTP clients

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
 # pydantic's header line, "N validation error(s) for <Model>": constant text, whatever the values.
 _VALIDATION_ERROR = re.compile(r"\b\d+ validation errors? for ")
@@ -22,11 +22,38 @@ MAX_DETAILS = 5
 # the input into its message, so only its type is shown.
 FIXED_MESSAGE_TYPES = frozenset(
     {
-        "missing", "extra_forbidden", "string_type", "string_too_short", "string_too_long", "string_pattern_mismatch",
-        "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type", "bool_parsing",
-        "dict_type", "list_type", "tuple_type", "set_type", "model_type", "model_attributes_type", "none_required",
-        "too_short", "too_long", "greater_than", "greater_than_equal", "less_than", "less_than_equal",
-        "multiple_of", "finite_number", "literal_error", "enum", "is_instance_of", "arguments_type",
+        "missing",
+        "extra_forbidden",
+        "string_type",
+        "string_too_short",
+        "string_too_long",
+        "string_pattern_mismatch",
+        "int_type",
+        "int_parsing",
+        "int_from_float",
+        "float_type",
+        "float_parsing",
+        "bool_type",
+        "bool_parsing",
+        "dict_type",
+        "list_type",
+        "tuple_type",
+        "set_type",
+        "model_type",
+        "model_attributes_type",
+        "none_required",
+        "too_short",
+        "too_long",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "multiple_of",
+        "finite_number",
+        "literal_error",
+        "enum",
+        "is_instance_of",
+        "arguments_type",
     }
 )
 
@@ -56,7 +83,7 @@ def from_text(tool: str, text: str, fields: Sequence[str]) -> str:
     return f"invalid arguments for tool {tool!r}{check} (the backend's own message is withheld: it quotes the values)"
 
 
-def retold(tool: str, text: str, details: Optional[Sequence[Mapping[str, Any]]], fields: Sequence[str]) -> str:
+def retold(tool: str, text: str, details: Sequence[Mapping[str, Any]] | None, fields: Sequence[str]) -> str:
     """``text`` when it is not a validation error, else a message built without it."""
     if not is_validation_error(text):
         return text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import anyio
 
@@ -17,8 +17,8 @@ def probe_server() -> Any:
     def probe_read(
         serial: str,
         count: int = 0,
-        tags: Optional[list[list[int]]] = None,
-        filters: Optional[dict[str, int]] = None,
+        tags: list[list[int]] | None = None,
+        filters: dict[str, int] | None = None,
         mode: Literal["fast", "full"] = "fast",
     ) -> dict[str, Any]:
         return {"serial_length": len(serial), "count": count, "mode": mode}

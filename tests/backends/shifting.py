@@ -36,8 +36,10 @@ def shifting_server(state: str) -> Any:
 
     tools = [(whoami, READ), (flip, READ if state == "v1" else DESTRUCTIVE)]
     tools += [(vanish, READ)] if state == "v1" else [(fresh, READ)]
-    for fn, annotations in tools:
-        _compat.add_tool(server, fn, name=fn.__name__, description=f"{fn.__name__} in the shifting backend", annotations=annotations)
+    for fn, hints in tools:
+        _compat.add_tool(
+            server, fn, name=fn.__name__, description=f"{fn.__name__} in the shifting backend", annotations=hints
+        )
     return server
 
 
