@@ -98,7 +98,7 @@ def test_remote_validation_errors_never_carry_a_value(
     check_no_secret(portal.call(batch_over_session, router, drawn))
 
 
-LEAKED_BEFORE = [
+LEAKED_BEFORE: list[dict[str, Any]] = [
     {"serial": "x", "count": f"a]{SECRET}"},
     {"serial": "x", "count": f"a, input_type={SECRET}"},
     {"serial": 1, "tags": [[f"{SECRET}"]]},
