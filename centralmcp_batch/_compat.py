@@ -255,6 +255,12 @@ async def run_stdio(server: Any) -> None:
     await server.run_stdio_async()
 
 
-def http_app(server: Any) -> Any:
-    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``."""
+def http_app(server: Any, *, stateless: bool = False) -> Any:
+    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``.
+
+    ``stateless``: no session lives in the process, so any replica can answer any request.
+    """
+    if SDK_MAJOR >= 2:
+        return server.streamable_http_app(stateless_http=stateless)
+    server.settings.stateless_http = stateless  # SDK 1.x reads it from the server's settings
     return server.streamable_http_app()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Optional
 
@@ -24,6 +24,7 @@ from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
+from ..ratelimit import RateLimiter, limiter_from_env
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,35 @@ class CentralMCPRateGate:
         await self.router._await_dispatch_rate_gate()
 
 
+class SharedRateGate:
+    """The router's dispatch rate gate: the account-wide limiter first, then the router's own gate, if any.
+
+    Both limits hold: the account's across every process, and whatever the router's own bucket enforces.
+    """
+
+    def __init__(self, limiter: RateLimiter, own: Optional[Callable[[], Awaitable[None]]]) -> None:
+        self.limiter, self.own = limiter, own
+
+    async def __call__(self) -> None:
+        await self.limiter.acquire()
+        if self.own is not None:
+            await self.own()
+
+
+def install_shared_rate_gate(router: ModuleType, limiter: RateLimiter) -> None:
+    """Make ``limiter`` the router's dispatch rate gate, also after the router installs its own at start-up."""
+    current = getattr(router, "_dispatch_rate_gate", None)
+    if isinstance(current, SharedRateGate):  # adopted before: keep its limiter and its setter
+        return
+    install = router.set_dispatch_rate_gate
+
+    def set_dispatch_rate_gate(gate: Optional[Callable[[], Awaitable[None]]]) -> None:
+        install(SharedRateGate(limiter, gate))
+
+    set_dispatch_rate_gate(current)
+    router.set_dispatch_rate_gate = set_dispatch_rate_gate  # the router's start-up calls it by this name
+
+
 def has_rate_gate(router: ModuleType) -> bool:
     return callable(getattr(router, "set_dispatch_rate_gate", None)) and callable(getattr(router, "_await_dispatch_rate_gate", None))
 
@@ -110,11 +140,13 @@ def host_plugins(router: ModuleType) -> list[object]:
     return plugins
 
 
-def adopt(router: ModuleType, *, replace: bool = False) -> pluggy.PluginManager:
+def adopt(router: ModuleType, *, replace: bool = False, rate_limiter: Optional[RateLimiter] = None) -> pluggy.PluginManager:
     """Publish ``invoke_read_tool_batch`` on ``router.mcp`` over the router's own parts.
 
     Works in minimal mode too: calling this is the explicit choice. A router that already
-    publishes the tool is refused unless ``replace`` is true.
+    publishes the tool is refused unless ``replace`` is true. A router with a dispatch rate
+    gate gets the account-wide limiter (``rate_limiter``, or the one the environment names)
+    in it, so its single reads and every batch entry draw from one shared bucket.
     """
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
@@ -124,5 +156,7 @@ def adopt(router: ModuleType, *, replace: bool = False) -> pluggy.PluginManager:
                 "pass replace=True to adopt centralmcp-batch in its place"
             )
         _compat.remove_tool(server, TOOL_NAME)
+    if has_rate_gate(router):
+        install_shared_rate_gate(router, rate_limiter or limiter_from_env())
     with settings.adopted_explicitly():
         return hosting.install(server, *host_plugins(router))

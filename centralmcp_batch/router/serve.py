@@ -25,6 +25,8 @@ def serve(router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: 
 async def serve_http(router: Any, host: str, port: int) -> None:
     import uvicorn
 
-    config = uvicorn.Config(_compat.http_app(router.server), host=host, port=port, log_level="warning", lifespan="on")
+    # Stateless: no MCP session lives here, so replicas behind a load balancer serve any request.
+    app = _compat.http_app(router.server, stateless=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     async with router.connected():  # one session per remote backend for all HTTP clients
         await uvicorn.Server(config).serve()
