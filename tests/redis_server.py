@@ -84,3 +84,19 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     finally:
         server.stop()
 
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A Redis to share: CI's own (``CENTRALMCP_TEST_REDIS_URL``, started by ``.ci/run``), else one of ours."""
+    shared = os.environ.get("CENTRALMCP_TEST_REDIS_URL", "").strip()
+    if shared:
+        redis_binary()  # the same skip-or-fail rule when the package is missing
+        yield shared
+        return
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

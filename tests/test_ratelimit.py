@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import anyio
@@ -18,7 +19,7 @@ import pytest
 from centralmcp_batch.ratelimit import MemoryStore, RateLimiter, SqliteStore, default_store_url, limiter_from_env, open_store
 from centralmcp_batch.ratelimit.gcra import reserve
 
-from redis_server import RedisServer, redis_server  # noqa: F401 - the fixture
+from redis_server import RedisServer, redis_server, redis_url  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.anyio
 LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
@@ -176,10 +177,11 @@ async def test_an_unwritable_sqlite_path_falls_back(tmp_path: Path, caplog: pyte
 # -- Redis ------------------------------------------------------------------------------
 
 
-async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(redis_server: RedisServer) -> None:
-    first, second = open_store(redis_server.url), open_store(redis_server.url)
+async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(redis_url: str) -> None:
+    first, second = open_store(redis_url), open_store(redis_url)
+    key = f"acct-{uuid.uuid4()}"
     try:
-        waits = [await store.reserve("acct", 0.5, 2) for store in (first, second, first, second)]
+        waits = [await store.reserve(key, 0.5, 2) for store in (first, second, first, second)]
     finally:
         await first.close()
         await second.close()

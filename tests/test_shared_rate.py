@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 
 from centralmcp_batch import _compat
 
-from redis_server import RedisServer, free_port
+from redis_server import RedisServer, free_port, redis_url  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -39,12 +40,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'rate.sqlite3'}"
         return
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield request.getfixturevalue("redis_url")
 
 
 def router_config(tmp_path: Path) -> Path:
@@ -63,7 +59,7 @@ def router_env(store_url: str) -> dict[str, str]:
         "CENTRALMCP_ROUTER_RATE_STORE": store_url,
         "CENTRALMCP_ROUTER_RATE_PER_SECOND": str(RATE),
         "CENTRALMCP_ROUTER_RATE_BURST": str(BURST),
-        "CENTRALMCP_ROUTER_RATE_KEY": f"test-{os.getpid()}",
+        "CENTRALMCP_ROUTER_RATE_KEY": f"test-{uuid.uuid4()}",  # a fresh bucket, also on a Redis shared with other runs
         "CENTRALMCP_ROUTER_CURSOR_KEY": "one key for every replica",
         "CENTRALMCP_ROUTER_BATCH_CONCURRENCY": "8",
     }
@@ -152,12 +148,12 @@ async def test_redis_stopped_and_restarted_mid_run_loses_nothing_and_shares_agai
 @contextmanager
 def http_replicas(tmp_path: Path, store_url: str) -> Iterator[list[str]]:
     config, ports = router_config(tmp_path), [free_port() for _ in range(PROCESSES)]
-    processes = []
+    processes, env = [], router_env(store_url)  # one environment, so one bucket key, for every replica
     try:
         for n, port in enumerate(ports):
             command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config), "--transport", "http", "--port", str(port)]
-            log = (tmp_path / f"replica{n}.log").open("wb")
-            processes.append(subprocess.Popen(command, env=router_env(store_url), cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=log))
+            with (tmp_path / f"replica{n}.log").open("wb") as log:  # the child keeps its own copy of the handle
+                processes.append(subprocess.Popen(command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=log))
         yield [f"http://127.0.0.1:{port}/mcp" for port in ports]
     finally:
         for process in processes:
