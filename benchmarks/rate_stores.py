@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -24,8 +26,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
-from typing import Optional
 
 import anyio
 
@@ -80,7 +82,7 @@ def held_rate(url: str, processes: int, rate: float, seconds: float) -> float:
 
 
 @contextmanager
-def redis_server() -> Iterator[Optional[str]]:
+def redis_server() -> Iterator[str | None]:
     binary = shutil.which("redis-server")
     if binary is None:
         yield None
@@ -89,7 +91,19 @@ def redis_server() -> Iterator[Optional[str]]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as workdir:
-        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir]
+        command = [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ]
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         try:
             while True:
@@ -114,10 +128,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    import mcp  # noqa: F401 - only to report the SDK beside the figures
-    from importlib.metadata import version
-
-    print(f"python {platform.python_version()}, mcp {version('mcp')}, sqlite {__import__('sqlite3').sqlite_version}, cpus {__import__('os').cpu_count()}")
+    machine = f"python {platform.python_version()}, mcp {version('mcp')}, sqlite {sqlite3.sqlite_version}"
+    print(f"{machine}, cpus {os.cpu_count()}")  # the SDK only for the record: the limiter does not touch it
     with tempfile.TemporaryDirectory() as tmp, redis_server() as redis_url:
         stores = {"memory": "memory", "sqlite": f"sqlite:///{Path(tmp) / 'rate.sqlite3'}", "redis": redis_url}
         print("| store | token p50 µs | token p99 µs | 3 processes: rate held | 8 processes: rate held |")
@@ -129,7 +141,9 @@ def main() -> None:
             costs = anyio.run(token_costs, url, args.tokens)
             shared = [held_rate(url, n, args.rate, args.seconds) for n in (3, 8)] if name != "memory" else []
             rates = [f"{r:.1f}/s ({r / args.rate:.3f}×)" for r in shared] or ["per process only", "per process only"]
-            print(f"| {name} | {statistics.median(costs):.0f} | {percentile(costs, 0.99):.0f} | {rates[0]} | {rates[1]} |")
+            print(
+                f"| {name} | {statistics.median(costs):.0f} | {percentile(costs, 0.99):.0f} | {rates[0]} | {rates[1]} |"
+            )
     print(f"configured rate {args.rate:g}/s, burst {BURST}, {TASKS_PER_PROCESS} tasks per process")
 
 

@@ -137,6 +137,41 @@ def structured_result(structured: dict[str, Any], text: str) -> Any:
     return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=structured)
 
 
+def answer_dicts_with_compact_json(server: Any, name: str, encode: Callable[[dict[str, Any]], str]) -> None:
+    """Tool ``name`` returns a plain dict; the SDK's conversion then gives it ``encode(dict)`` as its text.
+
+    The SDK turns a tool's return value into content in ``fn_metadata.convert_result``, and a
+    host that wraps the tool manager (CentralMCP's middleware installer) calls that same method
+    after its middlewares have seen, and perhaps replaced, the raw dict. Converting there, and
+    only there, makes the structured content and the text both the dict the middlewares left,
+    with compact JSON text where the SDK's default would be indented. Anything that is not a
+    dict (a middleware's own substitute) keeps the SDK's conversion.
+    """
+    metadata = _tools(server)[name].fn_metadata
+    sdk_convert = metadata.convert_result
+
+    def convert_result(result: Any) -> Any:
+        if not isinstance(result, dict):
+            return sdk_convert(result)
+        return structured_result(result, encode(result))
+
+    # FuncMetadata is a pydantic model that refuses unknown attributes; an instance attribute
+    # shadows the class method on this one tool only.
+    object.__setattr__(metadata, "convert_result", convert_result)
+
+
+def publish_output_schema(server: Any, name: str, schema: dict[str, Any]) -> None:
+    """Replace the output schema tool ``name`` publishes (clients validate structured content against it)."""
+    tool = _tools(server)[name]
+    tool.fn_metadata.output_schema = schema
+    tool.__dict__.pop("output_schema", None)  # 2.x caches the published schema on the tool
+
+
+def tool_function(server: Any, name: str) -> Callable[..., Any]:
+    """The Python function behind tool ``name``."""
+    return _tools(server)[name].fn  # type: ignore[no-any-return]
+
+
 # -- results --------------------------------------------------------------------------
 
 

@@ -69,9 +69,11 @@ def register(server: Any, hooks: HostHooks) -> None:
     if _compat.has_tool(server, TOOL_NAME):
         raise HostContractError(f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch")
 
+    # A plain dict, not a finished CallToolResult: a host that wraps its tool manager with
+    # middleware (CentralMCP) hands the raw return value to each middleware, and those act on
+    # dicts only. The SDK's conversion then makes both the structured content and the text.
     async def invoke_read_tool_batch(ctx: Context, calls: Any = None) -> dict[str, Any]:
-        response = await run(hooks, calls, ctx)
-        return _compat.structured_result(response, budget.encode(response).decode())
+        return await run(hooks, calls, ctx)
 
     _compat.add_tool(
         server,
@@ -82,3 +84,8 @@ def register(server: Any, hooks: HostHooks) -> None:
         input_schema=models.input_schema(),
         output_schema=models.output_schema(),
     )
+    _compat.answer_dicts_with_compact_json(server, TOOL_NAME, _compact_json)
+
+
+def _compact_json(response: dict[str, Any]) -> str:
+    return budget.encode(response).decode()

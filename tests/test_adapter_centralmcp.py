@@ -83,7 +83,7 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
     assert hooks.centralmcp_find_tool(name="reboot_device").annotations["destructiveHint"] is True
     assert hooks.centralmcp_find_tool(name="list_sites").server == "aruba-config"
     assert hooks.centralmcp_find_tool(name="no_such_tool") is None
-    monitoring = {"list_devices", "get_device", "get_device_events", "get_radio_stats", "ping_device"}
+    monitoring = {"list_devices", "get_device", "get_device_events", "get_radio_stats", "get_webhook", "check_webhook_secret", "ping_device"}
     assert set(router._tool_index) == monitoring | {"list_sites", "rename_site", "reboot_device"}
     assert {router._tool_backend_names[n] for n in monitoring} == {"aruba-monitoring"}
 
@@ -220,22 +220,51 @@ async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(route
     assert (await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}]))["ok"] is True
 
 
-async def test_adopt_refuses_a_router_that_already_has_the_tool_and_replace_takes_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_adopt_replaces_the_routers_own_batch_and_says_so(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     router = load_router(monkeypatch, "default")
-    assert _compat.has_tool(router.mcp, "invoke_read_tool_batch")
-    with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch'; pass replace=True"):
+    own = router.invoke_read_tool_batch
+    with caplog.at_level(logging.INFO, logger=centralmcp.__name__):
         centralmcp.adopt(router)
-    centralmcp.adopt(router, replace=True)
+    assert "centralmcp-batch's invoke_read_tool_batch replaces the router's own" in caplog.text
     published = {t.name: t for t in _compat.server_tools(router.mcp)}["invoke_read_tool_batch"]
     assert published.description == batch_tool.DESCRIPTION
-    response = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}])
-    assert response["counts"] == {"total": 1, "succeeded": 1, "failed": 0}
+    # the module's name is the plugin's tool too, so in-process callers never reach the old batch
+    assert router.invoke_read_tool_batch is not own
+    direct = await router.invoke_read_tool_batch(None, [{"name": "get_device", "arguments": {"serial": "a"}}])
+    assert direct["counts"] == {"total": 1, "succeeded": 1, "failed": 0}
+    response = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}, {"name": "invoke_read_tool_batch"}])
+    assert [i["status"] for i in response["results"]] == ["ok", "blocked"]
+
+
+async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import BaseModel
+
+    class BatchCall(BaseModel):  # the shape of the router's own entry model
+        name: str
+        arguments: dict[str, Any] | None = None
+        id: str | None = None
+        cursor: str | None = None
+
+    router = load_router(monkeypatch, "default")
+    centralmcp.adopt(router)
+    response = await router.invoke_read_tool_batch(None, [BatchCall(name="get_device", arguments={"serial": "a"}, id="m"), {"name": 3}])
+    assert [(i["id"], i["status"]) for i in response["results"]] == [("m", "ok"), ("1", "invalid_call")]
+    over_mcp = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}, "id": "m"}])
+    assert over_mcp["results"][0] == response["results"][0]
+
+
+def test_adopt_with_replace_false_refuses_a_router_that_has_its_own_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    router = load_router(monkeypatch, "default")
+    with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch' and replace=False"):
+        centralmcp.adopt(router, replace=False)
+    assert {t.name: t for t in _compat.server_tools(router.mcp)}["invoke_read_tool_batch"].description != batch_tool.DESCRIPTION
 
 
 def test_adopt_in_minimal_mode_registers_while_plain_install_still_does_not(router: ModuleType) -> None:
     assert not _compat.has_tool(router.mcp, "invoke_read_tool_batch")
     centralmcp.adopt(router)
     assert _compat.has_tool(router.mcp, "invoke_read_tool_batch")
+    assert not hasattr(router, "invoke_read_tool_batch")  # the module's own tests read its absence as minimal mode
     from centralmcp_batch import hosting
 
     other = _compat.new_server("plain")
@@ -250,17 +279,18 @@ def documented_adoption() -> str:
 
 
 def write_adopted_router(path: Path) -> Path:
-    # The stand-in with the documented lines at its end, before a __main__ block as CentralMCP's has.
-    main_block = 'if __name__ == "__main__":\n    mcp.run()\n'
+    # The stand-in with the documented lines at its end, before a __main__ block as CentralMCP's has:
+    # that block installs the middleware chain, after the adoption, then serves.
+    main_block = 'if __name__ == "__main__":\n    install_router_middlewares()\n    mcp.run()\n'
     path.write_text(f"{STANDIN.read_text(encoding='utf-8')}\n\n{documented_adoption()}\n\n{main_block}", encoding="utf-8")
     return path
 
 
-@pytest.fixture
-def imported_adopted_router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+@pytest.fixture(params=["default", "minimal"])
+def imported_adopted_router(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     write_adopted_router(tmp_path / "adopted_tool_router.py")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", request.param)
     try:
         yield importlib.import_module("adopted_tool_router")
     finally:
@@ -274,9 +304,10 @@ async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_impor
     assert response["results"][0]["result"] == {"serial": "a", "status": "up"}
 
 
-async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["default", "minimal"])
+async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path, mode: str) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")
-    env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": "minimal"}  # as CentralMCP's .cursor/mcp.json runs it
+    env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": mode}  # minimal: as CentralMCP's .cursor/mcp.json runs it
     params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
     async with _compat.connect(params) as client:
         names = sorted(tool.name for tool in await client.list_tools())
@@ -301,3 +332,12 @@ class TestCentralMCPRouterConforms(HostConformance):
         router = load_router(monkeypatch, "default")
         router.set_dispatch_rate_gate(Tokens())
         return centralmcp.host_plugins(router)
+
+
+async def test_the_documented_differences_from_the_routers_own_batch(adopted: ModuleType) -> None:
+    blank = await batch(adopted, [{"id": "   ", "name": "get_device", "arguments": {"serial": "a"}}, {"id": "  ", "name": "list_sites"}])
+    assert [(i["id"], i["status"]) for i in blank["results"]] == [("   ", "ok"), ("  ", "ok")]
+    clash = await batch(adopted, [{"name": "list_sites"}, {"id": "0", "name": "list_sites"}])
+    assert clash == {"ok": False, "error": "duplicate call id '0': ids must be unique within a batch so results can be correlated"}
+    nested = (await batch(adopted, [{"name": "invoke_read_tool_batch", "arguments": {"calls": []}}]))["results"][0]
+    assert (nested["status"], nested["error"]) == ("blocked", "invoke_read_tool_batch cannot be called from inside a batch: name a backend tool")

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_adapter_centralmcp import Tokens, batch, load_router
 
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.ratelimit import RateLimiter, SqliteStore
 from centralmcp_batch.testing import call
-from test_adapter_centralmcp import Tokens, batch, load_router
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,9 @@ def tokens_taken(path: Path, since: float, interval: float) -> float:
     return (tat - since) / interval
 
 
-async def test_single_reads_and_batch_entries_draw_from_one_shared_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_single_reads_and_batch_entries_draw_from_one_shared_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     router = load_router(monkeypatch, "minimal")
     path, interval = tmp_path / "rate.sqlite3", 10.0  # slots ten seconds apart; the burst covers every call here
     centralmcp.adopt(router, rate_limiter=RateLimiter(SqliteStore(path), 1 / interval, 50))
@@ -35,7 +37,9 @@ async def test_single_reads_and_batch_entries_draw_from_one_shared_bucket(tmp_pa
     started = time.time()
     for _ in range(2):
         await call(router.mcp, "invoke_read_tool", {"name": "get_device", "arguments": {"serial": "a"}})
-    calls = [{"name": "get_device", "arguments": {"serial": f"s{i}"}} for i in range(4)] + [{"name": "reboot_device", "arguments": {"serial": "x"}}]
+    calls = [{"name": "get_device", "arguments": {"serial": f"s{i}"}} for i in range(4)] + [
+        {"name": "reboot_device", "arguments": {"serial": "x"}}
+    ]
     response = await batch(router, calls)
     assert [item["status"] for item in response["results"]] == ["ok"] * 4 + ["blocked"]
     assert round(tokens_taken(path, started, interval)) == 2 + 4  # refused entries draw nothing

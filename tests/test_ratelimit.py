@@ -14,12 +14,19 @@ import uuid
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
+from redis_server import RedisServer
 
-from centralmcp_batch.ratelimit import MemoryStore, RateLimiter, SqliteStore, default_store_url, limiter_from_env, open_store
+from centralmcp_batch.ratelimit import (
+    MemoryStore,
+    RateLimiter,
+    SqliteStore,
+    default_store_url,
+    limiter_from_env,
+    open_store,
+)
 from centralmcp_batch.ratelimit.gcra import reserve
-
-from redis_server import RedisServer, redis_server, redis_url  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.anyio
 LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
@@ -44,18 +51,27 @@ def test_the_default_store_is_a_sqlite_file_in_the_users_cache_dir(tmp_path: Pat
     url = default_store_url({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/nowhere"})
     if sys.platform.startswith("linux"):
         assert url == f"sqlite:///{tmp_path}/centralmcp-batch/rate.sqlite3"
-    limiter = limiter_from_env({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "5"})
+    limiter = limiter_from_env(
+        {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "5"}
+    )
     assert isinstance(limiter.store, SqliteStore) and (limiter.rate, limiter.burst, limiter.key) == (5.0, 5, "central")
 
 
-@pytest.mark.parametrize("url", ["sqlite://relative/path", "sqlite:///", "redis://", "memcached://x", "Memory", "/tmp/rate.db"])
+@pytest.mark.parametrize(
+    "url", ["sqlite://relative/path", "sqlite:///", "redis://", "memcached://x", "Memory", "/tmp/rate.db"]
+)
 def test_a_malformed_store_is_a_start_up_error_naming_the_forms(url: str) -> None:
     with pytest.raises(ValueError, match="CENTRALMCP_ROUTER_RATE_STORE=.*(expected memory, sqlite|must be absolute)"):
         open_store(url)
 
 
 def test_the_key_and_the_rate_come_from_the_environment() -> None:
-    env = {"CENTRALMCP_ROUTER_RATE_STORE": "memory", "CENTRALMCP_ROUTER_RATE_KEY": "acct-2", "CENTRALMCP_ROUTER_RATE_PER_SECOND": "10", "CENTRALMCP_ROUTER_RATE_BURST": "3"}
+    env = {
+        "CENTRALMCP_ROUTER_RATE_STORE": "memory",
+        "CENTRALMCP_ROUTER_RATE_KEY": "acct-2",
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": "10",
+        "CENTRALMCP_ROUTER_RATE_BURST": "3",
+    }
     limiter = limiter_from_env(env)
     assert isinstance(limiter.store, MemoryStore) and (limiter.rate, limiter.burst, limiter.key) == (10.0, 3, "acct-2")
 
@@ -74,7 +90,7 @@ async def take_all(limiter: RateLimiter, count: int) -> tuple[list[int], float]:
     async with anyio.create_task_group() as tasks:
         for n in range(count):
             tasks.start_soon(take, n)
-            await anyio.sleep(0)  # arrive in order
+            await anyio.lowlevel.checkpoint()  # arrive in order
     return order, time.monotonic() - started
 
 
@@ -132,7 +148,9 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LIMITER_LOG]
 
 
-async def test_a_corrupt_sqlite_file_falls_back_with_a_clear_line_and_rejoins_when_repaired(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_corrupt_sqlite_file_falls_back_with_a_clear_line_and_rejoins_when_repaired(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "rate.db"
     path.write_bytes(b"this is not a database" * 100)
     limiter = RateLimiter(SqliteStore(path), 100.0, 5, retry_seconds=0.2)
@@ -148,7 +166,9 @@ async def test_a_corrupt_sqlite_file_falls_back_with_a_clear_line_and_rejoins_wh
     assert sqlite3.connect(path).execute("SELECT count(*) FROM gcra_buckets").fetchone() == (1,)
 
 
-async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "rate.db"
     limiter = RateLimiter(SqliteStore(path, busy_seconds=0.05), 100.0, 5, retry_seconds=0.2)
     await limiter.acquire()
@@ -202,6 +222,10 @@ async def test_redis_stopped_and_restarted_mid_run(redis_server: RedisServer, ca
             await take_during(limiter, 10)
             assert not limiter.in_outage
         lines = outage_lines(caplog)
-        assert len(lines) == 2 and f"Redis at {redis_server.url} is unreachable" in lines[0] and "is back after" in lines[1]
+        assert (
+            len(lines) == 2
+            and f"Redis at {redis_server.url} is unreachable" in lines[0]
+            and "is back after" in lines[1]
+        )
     finally:
         await limiter.close()

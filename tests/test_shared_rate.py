@@ -22,10 +22,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from redis_server import RedisServer, free_port
 
 from centralmcp_batch import _compat
-
-from redis_server import RedisServer, free_port, redis_url  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -95,7 +94,9 @@ def assert_account_rate(stamps: list[float]) -> None:
 @asynccontextmanager
 async def stdio_routers(tmp_path: Path, store_url: str) -> AsyncIterator[list[_compat.ClientHandle]]:
     command = ["-m", "centralmcp_batch", "serve", "--config", str(router_config(tmp_path))]
-    params = _compat.StdioServerParameters(command=sys.executable, args=command, env=router_env(store_url), cwd=str(HERE.parent))
+    params = _compat.StdioServerParameters(
+        command=sys.executable, args=command, env=router_env(store_url), cwd=str(HERE.parent)
+    )
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(_compat.connect(params)) for _ in range(PROCESSES)]
         yield clients
@@ -151,9 +152,22 @@ def http_replicas(tmp_path: Path, store_url: str) -> Iterator[list[str]]:
     processes, env = [], router_env(store_url)  # one environment, so one bucket key, for every replica
     try:
         for n, port in enumerate(ports):
-            command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config), "--transport", "http", "--port", str(port)]
+            command = [
+                sys.executable,
+                "-m",
+                "centralmcp_batch",
+                "serve",
+                "--config",
+                str(config),
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+            ]
             with (tmp_path / f"replica{n}.log").open("wb") as log:  # the child keeps its own copy of the handle
-                processes.append(subprocess.Popen(command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=log))
+                processes.append(
+                    subprocess.Popen(command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=log)
+                )
         yield [f"http://127.0.0.1:{port}/mcp" for port in ports]
     finally:
         for process in processes:
@@ -166,7 +180,12 @@ async def wait_until_served(http: httpx.AsyncClient, urls: list[str]) -> None:
     for url in urls:
         while True:
             try:
-                await rpc(http, url, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})
+                await rpc(
+                    http,
+                    url,
+                    "initialize",
+                    {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+                )
                 break
             except httpx.TransportError:
                 await anyio.sleep(0.1)
@@ -178,7 +197,7 @@ async def rpc(http: httpx.AsyncClient, url: str, method: str, params: dict[str, 
     reply = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
     reply.raise_for_status()
     if reply.headers.get("content-type", "").startswith("text/event-stream"):
-        data = [line[len("data:"):] for line in reply.text.splitlines() if line.startswith("data:")]
+        data = [line[len("data:") :] for line in reply.text.splitlines() if line.startswith("data:")]
         message = json.loads(data[-1])
     else:
         message = reply.json()
@@ -192,22 +211,33 @@ async def call_tool(http: httpx.AsyncClient, url: str, name: str, arguments: dic
     return dict(result["structuredContent"])
 
 
-async def test_three_http_replicas_serve_any_request_share_the_rate_and_each_others_cursors(tmp_path: Path, store_url: str) -> None:
+async def test_three_http_replicas_serve_any_request_share_the_rate_and_each_others_cursors(
+    tmp_path: Path, store_url: str
+) -> None:
     with http_replicas(tmp_path, store_url) as urls, anyio.fail_after(90):
         async with httpx.AsyncClient(timeout=60) as http:
             await wait_until_served(http, urls)
             # The client initialised on each replica above and now alternates, one request here, the next there.
             first = await call_tool(http, urls[0], "invoke_read_tool", {"name": "list_tickets"})
-            resumed = await call_tool(http, urls[1], "invoke_read_tool_batch", {"calls": [{"name": "list_tickets", "cursor": first["next_cursor"]}]})
+            resumed = await call_tool(
+                http,
+                urls[1],
+                "invoke_read_tool_batch",
+                {"calls": [{"name": "list_tickets", "cursor": first["next_cursor"]}]},
+            )
             assert resumed["results"][0]["status"] == "ok", resumed
             assert resumed["results"][0]["result"]["tickets"][0]["id"] == "T-0200"
-            single = await call_tool(http, urls[2], "invoke_read_tool", {"name": "list_tickets", "cursor": first["next_cursor"]})
+            single = await call_tool(
+                http, urls[2], "invoke_read_tool", {"name": "list_tickets", "cursor": first["next_cursor"]}
+            )
             assert single["tickets"][0]["id"] == "T-0200"
 
             responses: dict[str, dict[str, Any]] = {}
 
             async def one(n: int) -> None:
-                responses[f"h{n}"] = await call_tool(http, urls[n % PROCESSES], "invoke_read_tool_batch", {"calls": stamp_calls(f"h{n}")})
+                responses[f"h{n}"] = await call_tool(
+                    http, urls[n % PROCESSES], "invoke_read_tool_batch", {"calls": stamp_calls(f"h{n}")}
+                )
 
             async with anyio.create_task_group() as tasks:
                 for n in range(3 * PROCESSES):

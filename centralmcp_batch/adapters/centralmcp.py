@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import pluggy
 
-from .. import _compat, hosting, settings
+from .. import _compat, hosting, models, settings
 from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor
 from ..hookspecs import hookimpl
@@ -140,23 +140,81 @@ def host_plugins(router: ModuleType) -> list[object]:
     return plugins
 
 
-def adopt(router: ModuleType, *, replace: bool = False, rate_limiter: Optional[RateLimiter] = None) -> pluggy.PluginManager:
+def adopt(
+    router: ModuleType, *, replace: bool = True, rate_limiter: Optional[RateLimiter] = None
+) -> pluggy.PluginManager:
     """Publish ``invoke_read_tool_batch`` on ``router.mcp`` over the router's own parts.
 
-    Works in minimal mode too: calling this is the explicit choice. A router that already
-    publishes the tool is refused unless ``replace`` is true. A router with a dispatch rate
+    The same call serves every router mode. In minimal mode the router has no batch and this
+    adds one: calling ``adopt`` is the explicit choice. In default mode the router defines its
+    own batch; this tool takes its place (logged), so one process never runs two batches.
+    The module's own ``invoke_read_tool_batch`` then calls this tool too, for callers in the
+    router's process; in minimal mode the module keeps having none, as its own tests expect.
+    ``replace=False`` refuses a router that has its own batch. A router with a dispatch rate
     gate gets the account-wide limiter (``rate_limiter``, or the one the environment names)
     in it, so its single reads and every batch entry draw from one shared bucket.
     """
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
         if not replace:
-            raise HostContractError(
-                f"router {router.__name__!r} already publishes {TOOL_NAME!r}; "
-                "pass replace=True to adopt centralmcp-batch in its place"
-            )
+            raise HostContractError(f"router {router.__name__!r} already publishes {TOOL_NAME!r} and replace=False was passed")
+        log.info("router %r: centralmcp-batch's %s replaces the router's own", router.__name__, TOOL_NAME)
         _compat.remove_tool(server, TOOL_NAME)
     if has_rate_gate(router):
         install_shared_rate_gate(router, rate_limiter or limiter_from_env())
     with settings.adopted_explicitly():
-        return hosting.install(server, *host_plugins(router))
+        pm = hosting.install(server, *host_plugins(router))
+    _compat.publish_output_schema(server, TOOL_NAME, adopted_output_schema())
+    if hasattr(router, TOOL_NAME):  # default mode: the router's own function name now calls this tool
+        setattr(router, TOOL_NAME, in_process_batch(_compat.tool_function(server, TOOL_NAME)))
+    return pm
+
+
+def in_process_batch(tool: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """The tool as the router module's own ``invoke_read_tool_batch(ctx, calls)`` is called in process.
+
+    Callers in the router's process (its tests, its wrappers) may pass the router's pydantic
+    ``BatchCall`` objects, as its own batch accepts; they become the JSON objects a client
+    would send. Over MCP entries are always JSON, so the published tool never sees them.
+    """
+
+    async def invoke_read_tool_batch(ctx: Any, calls: Any = None) -> dict[str, Any]:
+        if isinstance(calls, list):
+            calls = [_as_json_object(call) for call in calls]
+        return await tool(ctx, calls)
+
+    return invoke_read_tool_batch
+
+
+def _as_json_object(call: Any) -> Any:
+    dump = getattr(call, "model_dump", None)
+    return dump(mode="json") if callable(dump) and not isinstance(call, Mapping) else call
+
+
+# What the router's ResponseEnvelopeMiddleware makes of a dict with an ``error`` key (a rejected
+# batch): the original under ``data``, with an HTTP-like status, its message and the tool name.
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ok": {"const": False},
+        "status": {"type": ["integer", "null"]},
+        "data": {"type": "object"},
+        "message": {"type": ["string", "null"]},
+        "tool": {"type": "string"},
+    },
+    "required": ["ok", "data", "tool"],
+}
+
+
+def adopted_output_schema() -> dict[str, Any]:
+    """The plugin's output schema, plus the shape the router's envelope middleware gives a rejection.
+
+    Clients validate structured content against the published schema; without this shape every
+    enveloped rejection would fail that check on the client.
+    """
+    own = dict(models.output_schema())
+    definitions = own.pop("$defs", None)
+    schema: dict[str, Any] = {"type": "object", "anyOf": [own, ENVELOPE_SCHEMA]}
+    if definitions is not None:  # $ref paths point at the root's $defs
+        schema["$defs"] = definitions
+    return schema

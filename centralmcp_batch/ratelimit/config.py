@@ -6,7 +6,6 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional
 from urllib.parse import urlsplit
 
 from ..settings import Setting
@@ -57,7 +56,7 @@ def burst(environ: Mapping[str, str], rate: float) -> int:
     return int(Setting(BURST_ENV, max(2, int(rate)), 1).read(environ))
 
 
-def limiter_from_env(environ: Optional[Mapping[str, str]] = None) -> RateLimiter:
+def limiter_from_env(environ: Mapping[str, str] | None = None) -> RateLimiter:
     """The account-wide limiter the environment describes (read once, when a host starts)."""
     env = os.environ if environ is None else environ
     rate = RATE.read(env)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional, Protocol
+from typing import Protocol
 
 import anyio
 
@@ -32,7 +32,9 @@ class Store(Protocol):
 class RateLimiter:
     """``rate`` tokens a second, ``burst`` at most at once, for every process sharing ``store`` and ``key``."""
 
-    def __init__(self, store: Store, rate: float, burst: int, key: str = "central", retry_seconds: float = RETRY_SECONDS) -> None:
+    def __init__(
+        self, store: Store, rate: float, burst: int, key: str = "central", retry_seconds: float = RETRY_SECONDS
+    ) -> None:
         if not rate > 0 or burst < 1:
             raise ValueError(f"a rate limiter needs rate > 0 and burst >= 1, not rate={rate!r}, burst={burst!r}")
         self.store, self.rate, self.burst, self.key = store, rate, burst, key
@@ -40,7 +42,7 @@ class RateLimiter:
         self.retry_seconds = retry_seconds
         self._local = MemoryStore()
         self._queue = anyio.Lock()  # this process's reservations in arrival order (anyio's Lock is FIFO)
-        self._outage_since: Optional[float] = None
+        self._outage_since: float | None = None
         self._next_try = 0.0
 
     @property
@@ -59,7 +61,7 @@ class RateLimiter:
             try:
                 with anyio.fail_after(STORE_TIMEOUT_SECONDS):
                     wait = await self.store.reserve(self.key, self.interval, self.burst)
-            except Exception as exc:  # any failure of the store: pace locally, never fail the call
+            except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
                 self._store_failed(exc)
             else:
                 self._store_answered()
@@ -73,12 +75,19 @@ class RateLimiter:
             reason = str(exc) or type(exc).__name__
             log.warning(
                 "rate store %s failed: %s; pacing this process locally at %g/s, retrying every %g s",
-                self.store.url, reason, self.rate, self.retry_seconds,
+                self.store.url,
+                reason,
+                self.rate,
+                self.retry_seconds,
             )
 
     def _store_answered(self) -> None:
         if self._outage_since is not None:
-            log.warning("rate store %s is back after %.1f s; the rate is shared again", self.store.url, time.monotonic() - self._outage_since)
+            log.warning(
+                "rate store %s is back after %.1f s; the rate is shared again",
+                self.store.url,
+                time.monotonic() - self._outage_since,
+            )
             self._outage_since = None
 
     async def close(self) -> None:

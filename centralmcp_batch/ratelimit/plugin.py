@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Optional
 
 from ..hookspecs import hookimpl
 from ..models import ToolRef
@@ -18,7 +17,7 @@ class RateLimitPlugin:
         self.limiter = limiter
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> RateLimitPlugin:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RateLimitPlugin:
         return cls(limiter_from_env(environ))
 
     @hookimpl

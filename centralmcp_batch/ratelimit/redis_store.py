@@ -35,7 +35,9 @@ def _client(url: str) -> Any:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
     except ImportError:
-        raise ValueError(f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'") from None
+        raise ValueError(
+            f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
+        ) from None
     # No retries of its own: a failed call falls back at once and the limiter decides when to try again.
     return Redis.from_url(
         url, socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0)

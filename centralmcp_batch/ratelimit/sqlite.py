@@ -12,7 +12,6 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import anyio
 
@@ -40,7 +39,7 @@ class SqliteStore:
     def __init__(self, path: Path, busy_seconds: float = BUSY_SECONDS) -> None:
         self.path, self.busy_seconds = path, busy_seconds
         self.url = f"sqlite:///{path}"
-        self._conn: Optional[sqlite3.Connection] = None
+        self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # one connection, used by one worker thread at a time
 
     async def reserve(self, key: str, interval: float, burst: int) -> float:
@@ -75,7 +74,10 @@ class SqliteStore:
         try:
             row = conn.execute("SELECT tat FROM gcra_buckets WHERE key = ?", (key,)).fetchone()
             tat, wait = gcra.reserve(row[0] if row else 0.0, time.time(), interval, burst)  # time read under the lock
-            conn.execute("INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat", (key, tat))
+            conn.execute(
+                "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
+                (key, tat),
+            )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -15,7 +15,16 @@ def clock_server() -> Any:
     server = _compat.new_server("clock")
 
     def stamp(tag: str) -> dict[str, Any]:
-        return {"tag": tag, "at": time.time(), "pid": os.getpid()}  # the wall clock: one timeline for every process here
+        return {
+            "tag": tag,
+            "at": time.time(),
+            "pid": os.getpid(),
+        }  # the wall clock: one timeline for every process here
 
-    server.add_tool(stamp, name="stamp", description="the time this call ran", annotations=_compat.ToolAnnotations.model_validate(READ))
+    server.add_tool(
+        stamp,
+        name="stamp",
+        description="the time this call ran",
+        annotations=_compat.ToolAnnotations.model_validate(READ),
+    )
     return server

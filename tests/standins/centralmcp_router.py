@@ -313,5 +313,20 @@ if _ROUTER_MODE != "minimal":
     @mcp.tool(annotations=READ_ONLY)
     async def invoke_read_tool_batch(ctx: Context, calls: list[dict[str, Any]]) -> dict[str, Any]:
         """The router's own built-in batch: sequential, through the same read path."""
+        if not calls:
+            return {"ok": False, "error": "calls must contain at least one entry"}
+        ids = [call["id"] for call in calls if isinstance(call.get("id"), str)]
+        duplicate = next((call_id for n, call_id in enumerate(ids) if call_id in ids[:n]), None)
+        if duplicate is not None:
+            return {"ok": False, "error": f"duplicate call id {duplicate!r}: ids must be unique within a batch so results can be correlated"}
         results = [await _dispatch_read_tool(ctx, call.get("name", ""), call.get("arguments"), call.get("cursor")) for call in calls]
         return {"ok": not any(isinstance(r, dict) and "error" in r for r in results), "results": results}
+
+
+def install_router_middlewares() -> list[Any]:
+    """What the router's ``__main__`` block does before serving: its middleware chain, in its order."""
+    from standins.centralmcp_middleware import AuditLogMiddleware, ResponseEnvelopeMiddleware, SecretTokenizeMiddleware, install_middleware
+
+    chain = [ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
+    install_middleware(mcp, chain)
+    return chain

@@ -36,6 +36,22 @@ def get_radio_stats(serial: str) -> dict[str, Any]:
     raise RuntimeError(f"radio service unavailable for {serial}")
 
 
+WEBHOOK_SECRET = "whsec-7f3a9c"
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_webhook(site_id: str) -> dict[str, Any]:
+    # A secret-named field, as a read that mints or shows a credential returns it.
+    calls.append(("get_webhook", {"site_id": site_id}))
+    return {"site_id": site_id, "url": f"https://hooks.example/{site_id}", "signing_secret": WEBHOOK_SECRET}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def check_webhook_secret(site_id: str, signing_secret: str) -> dict[str, Any]:
+    calls.append(("check_webhook_secret", {"site_id": site_id, "signing_secret": signing_secret}))
+    return {"site_id": site_id, "valid": signing_secret == WEBHOOK_SECRET}
+
+
 @mcp.tool(annotations=DIAGNOSTIC)
 def ping_device(serial: str) -> dict[str, Any]:
     calls.append(("ping_device", {"serial": serial}))

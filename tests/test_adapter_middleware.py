@@ -1,0 +1,177 @@
+"""The adopted batch behind the CentralMCP router's middleware chain (stand-ins of both), over real sessions."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from centralmcp_batch import _compat, budget
+from centralmcp_batch.adapters import centralmcp
+from standins import monitoring_backend
+from standins.centralmcp_middleware import TOKEN_PREFIX, AuditLogMiddleware
+from test_adapter_centralmcp import TESTS, load_router, write_adopted_router
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = re.compile(re.escape(TOKEN_PREFIX) + "[0-9a-f]{32}")
+SECRET = monitoring_backend.WEBHOOK_SECRET
+WEBHOOK = {"name": "get_webhook", "arguments": {"site_id": "hq"}}
+
+
+@pytest.fixture(params=["default", "minimal"])
+def router(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The router as it serves: the documented adoption at import, its middleware chain from __main__."""
+    monkeypatch.setenv("CENTRALMCP_TOKENIZE_SECRETS", "1")
+    module = load_router(monkeypatch, request.param)
+    centralmcp.adopt(module)
+    module.chain = module.install_router_middlewares()
+    return module
+
+
+def audit(router: ModuleType) -> AuditLogMiddleware:
+    return next(m for m in router.chain if isinstance(m, AuditLogMiddleware))
+
+
+@pytest.fixture
+async def client(router: ModuleType) -> AsyncIterator[_compat.ClientHandle]:
+    async with _compat.connect(router.mcp) as handle:
+        yield handle
+
+
+async def test_an_entrys_secret_is_tokenized_exactly_as_a_single_reads(client: _compat.ClientHandle) -> None:
+    single = await client.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK, {"id": "again", **WEBHOOK}]})
+    assert not answer.is_error, answer.text
+    entries = [item["result"] for item in answer.structured["results"]]
+    for read in [single.payload, *entries]:
+        assert TOKEN.fullmatch(read["signing_secret"]), read
+        assert {k: v for k, v in read.items() if k != "signing_secret"} == {"site_id": "hq", "url": "https://hooks.example/hq"}
+    assert SECRET not in answer.text and SECRET not in json.dumps(answer.structured)
+    assert len({read["signing_secret"] for read in [single.payload, *entries]}) == 3  # one token per value shown
+
+
+async def test_what_middleware_changed_is_both_the_structured_content_and_the_compact_text(client: _compat.ClientHandle) -> None:
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK]})
+    assert answer.text == budget.encode(answer.structured).decode()  # compact JSON, not the SDK's indented default
+    assert TOKEN.search(answer.text)
+
+
+async def test_tokens_in_entry_arguments_are_resolved_before_dispatch(client: _compat.ClientHandle) -> None:
+    shown = (await client.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})).payload
+    token = shown["signing_secret"]
+    check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
+    wrong = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": "guess"}}
+    monitoring_backend.calls.clear()
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [check, wrong]})
+    assert [item["result"]["valid"] for item in answer.structured["results"]] == [True, False]
+    assert monitoring_backend.calls == [
+        ("check_webhook_secret", {"site_id": "hq", "signing_secret": SECRET}),
+        ("check_webhook_secret", {"site_id": "hq", "signing_secret": "guess"}),
+    ]
+    # the value the backend got goes back out as a token, not in plaintext
+    assert SECRET not in answer.text
+
+
+@pytest.mark.skipif(_compat.SDK_MAJOR >= 2, reason="SDK 2.x has no session object that outlives a request")
+async def test_tokens_are_kept_per_client_session(router: ModuleType) -> None:
+    async with _compat.connect(router.mcp) as first:
+        token = (await first.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})).payload["signing_secret"]
+    check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
+    async with _compat.connect(router.mcp) as second:
+        answer = await second.call_tool("invoke_read_tool_batch", {"calls": [check]})
+    assert answer.structured["results"][0]["result"]["valid"] is False
+
+
+async def test_the_audit_outcome_is_error_for_a_failed_entry_and_success_when_all_are_ok(
+    router: ModuleType, client: _compat.ClientHandle
+) -> None:
+    fine = [{"name": "get_device", "arguments": {"serial": "a"}}, WEBHOOK]
+    await client.call_tool("invoke_read_tool_batch", {"calls": fine})
+    await client.call_tool("invoke_read_tool_batch", {"calls": [*fine, {"name": "reboot_device", "arguments": {"serial": "a"}}]})
+    await client.call_tool("invoke_read_tool_batch", {"calls": [{"name": "get_radio_stats", "arguments": {"serial": "a"}}]})
+    await client.call_tool("invoke_read_tool_batch", {"calls": []})
+    batches = [r for r in audit(router).records if r["tool"] == "invoke_read_tool_batch"]
+    assert [r["outcome"] for r in batches] == ["success", "error", "error", "error"]
+    assert {tuple(r["argument_keys"]) for r in batches} == {("calls",)}
+
+
+def own_batch_router(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The router in default mode serving its own batch, with the same middleware chain."""
+    module = load_router(monkeypatch, "default")
+    module.install_router_middlewares()
+    return module
+
+
+REJECTED = {
+    "empty": [],
+    "duplicate ids": [{"id": "x", "name": "get_device"}, {"id": "x", "name": "get_device"}],
+}
+
+
+@pytest.mark.parametrize("calls", REJECTED.values(), ids=REJECTED.keys())
+async def test_rejected_batches_are_enveloped_as_the_routers_own_are(
+    client: _compat.ClientHandle, monkeypatch: pytest.MonkeyPatch, calls: list[Any]
+) -> None:
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": calls})
+    async with _compat.connect(own_batch_router(monkeypatch).mcp) as own_client:
+        own = await own_client.call_tool("invoke_read_tool_batch", {"calls": calls})
+    assert not answer.is_error, answer.text  # the client's output-schema check passed
+    assert answer.structured == own.payload
+    assert answer.structured["ok"] is False and answer.structured["status"] == 500
+    assert answer.structured["tool"] == "invoke_read_tool_batch" and answer.structured["data"]["ok"] is False
+    assert answer.text == budget.encode(answer.structured).decode()
+
+
+async def test_a_batch_with_failed_entries_is_not_enveloped_as_the_routers_own_is_not(
+    client: _compat.ClientHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = [{"name": "get_device", "arguments": {"serial": "a"}}, {"name": "no_such_tool"}]
+    answer = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+    async with _compat.connect(own_batch_router(monkeypatch).mcp) as own_client:
+        own = (await own_client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
+    assert set(answer) >= {"ok", "results", "counts"} and set(own) == {"ok", "results"}
+    assert answer["ok"] is own["ok"] is False
+
+
+async def test_the_adopted_router_publishes_a_schema_that_admits_the_envelope(router: ModuleType) -> None:
+    published = {t.name: t for t in await _listed(router)}["invoke_read_tool_batch"]
+    assert published.output_schema == centralmcp.adopted_output_schema()
+    shapes = published.output_schema["anyOf"]
+    assert centralmcp.ENVELOPE_SCHEMA in shapes
+
+
+async def _listed(router: ModuleType) -> list[_compat.ToolInfo]:
+    async with _compat.connect(router.mcp) as handle:
+        return await handle.list_tools()
+
+
+async def test_a_secret_is_tokenized_in_a_batch_over_stdio_on_the_router_run_as_a_script(tmp_path: Path) -> None:
+    script = write_adopted_router(tmp_path / "tool_router.py")
+    env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": "default", "CENTRALMCP_TOKENIZE_SECRETS": "1"}
+    params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
+    async with _compat.connect(params) as client:
+        answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK]})
+        token = answer.structured["results"][0]["result"]["signing_secret"]
+        assert TOKEN.fullmatch(token) and SECRET not in answer.text
+        check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
+        resolved = await client.call_tool("invoke_read_tool_batch", {"calls": [check]})
+        assert resolved.structured["results"][0]["result"]["valid"] is True
+        rejected = await client.call_tool("invoke_read_tool_batch", {"calls": []})
+        assert not rejected.is_error and rejected.structured["data"] == {"ok": False, "error": "calls must contain at least one entry"}
+
+
+async def test_an_all_ok_answer_cut_to_its_skeleton_is_neither_enveloped_nor_audited_as_an_error(
+    router: ModuleType, client: _compat.ClientHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "1024")
+    calls = [{"id": str(i) * 90, "name": "get_device", "arguments": {"serial": "a"}} for i in range(1, 10)]
+    answer = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+    assert (answer["ok"], answer["truncated"], answer["skeleton"]) == (True, True, True)
+    assert audit(router).records[-1]["outcome"] == "success"
