@@ -4,8 +4,9 @@
 
 Cost: ``RateLimiter.acquire`` with a rate and burst so high that no token waits, so what is timed
 is the reservation alone (the store round trip, and for SQLite the worker thread). Rate: 3 and 8
-processes, each with 4 tasks taking tokens as fast as the limiter allows from one bucket, for about
-``--seconds``; the rate is counted from the wall-clock stamps of every token once the burst is spent.
+processes, started together once all are up, each with 4 tasks taking tokens as fast as the limiter
+allows from one bucket, for about ``--seconds``; the rate is counted from the wall-clock stamps of
+every token once the burst is spent.
 Redis is a redis-server this script starts on a free loopback port (skipped when none is installed).
 """
 
@@ -65,6 +66,8 @@ async def worker(url: str, key: str, rate: float, count: int) -> None:
             await limiter.acquire()
             stamps.append(time.time())
 
+    print("ready", flush=True)
+    sys.stdin.readline()  # every process starts at once: none runs alone while the others are still starting
     async with anyio.create_task_group() as tasks:
         for n in range(TASKS_PER_PROCESS):
             tasks.start_soon(take, count // TASKS_PER_PROCESS + (n < count % TASKS_PER_PROCESS))
@@ -75,8 +78,15 @@ async def worker(url: str, key: str, rate: float, count: int) -> None:
 def held_rate(url: str, processes: int, rate: float, seconds: float) -> float:
     key, count = f"bench-{uuid.uuid4()}", int(rate * seconds / processes)
     command = [sys.executable, __file__, "--worker", url, key, str(rate), str(count)]
-    children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
-    stamps = sorted(stamp for child in children for stamp in json.loads(child.communicate()[0]))
+    pipe = subprocess.PIPE
+    children = [subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) for _ in range(processes)]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    stamps: list[float] = sorted(stamp for child in children for stamp in json.loads(child.communicate()[0]))
     paced = stamps[BURST:]
     return (len(paced) - 1) / (paced[-1] - paced[0])
 
@@ -131,15 +141,19 @@ def main() -> None:
     machine = f"python {platform.python_version()}, mcp {version('mcp')}, sqlite {sqlite3.sqlite_version}"
     print(f"{machine}, cpus {os.cpu_count()}")  # the SDK only for the record: the limiter does not touch it
     with tempfile.TemporaryDirectory() as tmp, redis_server() as redis_url:
-        stores = {"memory": "memory", "sqlite": f"sqlite:///{Path(tmp) / 'rate.sqlite3'}", "redis": redis_url}
+        stores: dict[str, str | None] = {
+            "memory": "memory",
+            "sqlite": f"sqlite:///{Path(tmp) / 'rate.sqlite3'}",
+            "redis": redis_url,
+        }
         print("| store | token p50 µs | token p99 µs | 3 processes: rate held | 8 processes: rate held |")
         print("|---|---|---|---|---|")
-        for name, url in stores.items():
-            if url is None:
+        for name, store_url in stores.items():
+            if store_url is None:
                 print(f"| {name} | (redis-server not installed) | | | |")
                 continue
-            costs = anyio.run(token_costs, url, args.tokens)
-            shared = [held_rate(url, n, args.rate, args.seconds) for n in (3, 8)] if name != "memory" else []
+            costs = anyio.run(token_costs, store_url, args.tokens)
+            shared = [held_rate(store_url, n, args.rate, args.seconds) for n in (3, 8)] if name != "memory" else []
             rates = [f"{r:.1f}/s ({r / args.rate:.3f}×)" for r in shared] or ["per process only", "per process only"]
             print(
                 f"| {name} | {statistics.median(costs):.0f} | {percentile(costs, 0.99):.0f} | {rates[0]} | {rates[1]} |"

@@ -19,7 +19,8 @@ def test_a_short_benchmark_run_prints_every_store_and_holds_the_rate() -> None:
     redis_binary()  # Redis is one of the rows: skip outside CI without it, fail in CI
     command = [sys.executable, str(SCRIPT), "--tokens", "200", "--rate", str(RATE), "--seconds", "0.5"]
     output = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
-    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if re.match(r"\| (memory|sqlite|redis) \|", line)}
+    row = re.compile(r"\| (memory|sqlite|redis) \|")
+    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if row.match(line)}
     assert set(rows) == {"memory", "sqlite", "redis"}, output
     for store in ("sqlite", "redis"):
         held = [float(rate) for rate in re.findall(r"([\d.]+)/s \(", rows[store])]
