@@ -15,6 +15,7 @@ from importlib.metadata import version
 from typing import Any, Callable, Optional
 
 import anyio
+import pydantic
 
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
@@ -128,6 +129,26 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     if isinstance(raw, tuple):  # 1.x: (content blocks, structured content)
         return Answer(is_error=False, structured=raw[1], text=_joined_text(raw[0]))
     return Answer(is_error=False, text=_joined_text(raw))
+
+
+def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> Optional[list[dict[str, Any]]]:
+    """Why an in-process tool refuses ``arguments``, as pydantic's structured errors without the input.
+
+    None when the tool is unknown or the arguments validate. Both SDK lines validate with the
+    tool's ``fn_metadata.arg_model`` after ``pre_parse_json``, so this repeats their check.
+    """
+    tool = _tools(server).get(name)
+    if tool is None:
+        return None
+    metadata = tool.fn_metadata
+    try:
+        metadata.arg_model.model_validate(metadata.pre_parse_json(dict(arguments)))
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        return [{"type": error["type"], "loc": error["loc"], "msg": error["msg"]} for error in errors]
+    except Exception:  # the SDK's own check failed some other way: the caller falls back to the schema's names
+        return None
+    return None
 
 
 def structured_result(structured: dict[str, Any], text: str) -> Any:
@@ -290,12 +311,34 @@ async def run_stdio(server: Any) -> None:
     await server.run_stdio_async()
 
 
-def http_app(server: Any, *, stateless: bool = False) -> Any:
-    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``.
+# What both SDK lines allow by default on a loopback address: DNS-rebinding protection on.
+LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+
+
+def transport_security(allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()) -> Any:
+    """DNS-rebinding protection that accepts localhost and, besides, exactly the hosts and origins given.
+
+    The SDKs compare ``allowed_hosts`` with the whole Host header, port included, and read a
+    trailing ``:*`` as any port; the caller passes the patterns it means.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = list(dict.fromkeys([*LOCAL_HOSTS, *allowed_hosts]))
+    origins = list(dict.fromkeys([*LOCAL_ORIGINS, *allowed_origins]))
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def http_app(
+    server: Any, *, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = (), stateless: bool = False
+) -> Any:
+    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``, checking Host and Origin.
 
     ``stateless``: no session lives in the process, so any replica can answer any request.
     """
+    security = transport_security(allowed_hosts, allowed_origins)
     if SDK_MAJOR >= 2:
-        return server.streamable_http_app(stateless_http=stateless)
-    server.settings.stateless_http = stateless  # SDK 1.x reads it from the server's settings
+        return server.streamable_http_app(transport_security=security, stateless_http=stateless)
+    server.settings.transport_security = security  # 1.x reads it from the settings made at construction
+    server.settings.stateless_http = stateless
     return server.streamable_http_app()

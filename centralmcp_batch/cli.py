@@ -48,6 +48,36 @@ def _port(text: str) -> int:
     return port
 
 
+ALLOWED_HOSTS_ENV = "CENTRALMCP_ROUTER_ALLOWED_HOSTS"
+ALLOWED_ORIGINS_ENV = "CENTRALMCP_ROUTER_ALLOWED_ORIGINS"
+
+
+def _allowed_host(text: str) -> str:
+    host = text.strip()
+    if not host or any(mark in host for mark in " /*,"):
+        hint = "give a Host header value such as mcp.example.com or mcp.example.com:8000"
+        raise argparse.ArgumentTypeError(f"invalid host {text!r}: {hint}")
+    return host
+
+
+def _allowed_origin(text: str) -> str:
+    origin = text.strip()
+    scheme, _, rest = origin.partition("://")
+    if scheme not in ("http", "https") or not rest or any(mark in rest for mark in " /*,"):
+        hint = "give scheme://host[:port], such as https://app.example.com"
+        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: {hint}")
+    return origin
+
+
+def _from_env(name: str, check: Callable[[str], str]) -> list[str]:
+    """A comma-separated list from the environment; a bad entry is an error naming the variable."""
+    values = [part for part in os.environ.get(name, "").split(",") if part.strip()]
+    try:
+        return [check(value) for value in values]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="invoke_read_tool_batch for MCP tool routers.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__} (mcp {_compat.SDK_VERSION})")
@@ -60,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP at /mcp")
     serve.add_argument("--host", help="HTTP only: the address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="HTTP only: the port to bind (default 8000)")
+    also = "repeatable; also {}, comma-separated"
+    serve.add_argument(
+        "--allow-host", action="append", type=_allowed_host, default=[], metavar="HOST",
+        help=f"HTTP only: accept this Host header besides localhost ({also.format(ALLOWED_HOSTS_ENV)})",
+    )
+    serve.add_argument(
+        "--allow-origin", action="append", type=_allowed_origin, default=[], metavar="ORIGIN",
+        help=f"HTTP only: accept this Origin header besides localhost ({also.format(ALLOWED_ORIGINS_ENV)})",
+    )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="stderr log level (default info)")
     serve.set_defaults(parser=serve)
 
@@ -107,8 +146,17 @@ def _fail(message: str) -> int:
 
 
 def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.transport == "stdio" and (args.host is not None or args.port is not None):
-        parser.error("--host and --port apply to --transport http only")
+    from .router.serve import HttpAccess, serve
+
+    http_only = (args.host, args.port, args.allow_host or None, args.allow_origin or None)
+    if args.transport == "stdio" and any(option is not None for option in http_only):
+        parser.error("--host, --port, --allow-host and --allow-origin apply to --transport http only")
+    try:
+        hosts = args.allow_host + _from_env(ALLOWED_HOSTS_ENV, _allowed_host)
+        origins = args.allow_origin + _from_env(ALLOWED_ORIGINS_ENV, _allowed_origin)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    access = HttpAccess(hosts, origins)
     config = None if args.demo else _config_path(parser, args.config)
     # Before any server is made: on stdio, stdout is the protocol, so every log goes to stderr.
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -116,13 +164,11 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         router = _load_router(config)
     except Exception as exc:
         return _fail(f"cannot start the router: {type(exc).__name__}: {exc}")
-    from .router.serve import serve
-
     host, port = args.host or "127.0.0.1", args.port or 8000
     if args.transport == "http":
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
     try:
-        serve(router, transport=args.transport, host=host, port=port)
+        serve(router, transport=args.transport, host=host, port=port, access=access)
     except KeyboardInterrupt:
         pass
     return 0

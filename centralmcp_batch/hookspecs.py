@@ -46,7 +46,7 @@ def centralmcp_read_gate(tool: ToolRef) -> Optional[str]:
 def centralmcp_resume_cursor(tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
     """Verify a continuation cursor against this tool and these arguments.
 
-    Raise :class:`centralmcp_batch.InvalidCursor` to refuse; what is returned is handed to
+    Raise ``centralmcp_batch.InvalidCursor`` to refuse; what is returned is handed to
     dispatch as ``resume``. With no implementation every cursor is refused.
 
     :param tool: the tool the cursor is presented for.
@@ -96,6 +96,30 @@ def centralmcp_register_tools(server: Any, pluginmanager: pluggy.PluginManager) 
 
 
 # -- implemented by anyone (observers), called by the plugin --------------------------
+
+
+@hookspec
+def centralmcp_batch_started(total: int) -> MaybeAwaitable:
+    """A batch passed its whole-batch checks and is about to run. One that raises is logged and ignored.
+
+    Called in the batch's own task before any entry starts, so a context variable set here is
+    seen by every ``centralmcp_batch_item_completed`` and the ``centralmcp_batch_completed`` of
+    this batch (a tracer parents its entry spans this way). A rejected batch starts nothing.
+
+    :param total: how many entries the batch has, valid or not.
+    """
+
+
+@hookspec
+def centralmcp_rate_token_waited(tool: ToolRef, seconds: float) -> MaybeAwaitable:
+    """A backend call got its rate tokens, after waiting ``seconds`` for every limiter.
+
+    Called once per backend call, single read or batch entry, right after
+    ``centralmcp_acquire_rate_token``. One that raises is logged and ignored.
+
+    :param tool: the tool about to be called.
+    :param seconds: how long the call waited for its tokens.
+    """
 
 
 @hookspec

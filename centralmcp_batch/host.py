@@ -88,6 +88,12 @@ class HostHooks:
         )
         return await await_me_maybe(answer)
 
+    async def batch_started(self, total: int) -> None:
+        await self._notify("centralmcp_batch_started", total=total)
+
+    async def rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
+        await self._notify("centralmcp_rate_token_waited", tool=tool, seconds=seconds)
+
     async def batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
         await self._notify("centralmcp_batch_item_completed", item=item, seconds=seconds)
 

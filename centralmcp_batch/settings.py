@@ -1,10 +1,13 @@
 """The batch's environment settings, read on every call so an operator's change applies at once.
 
-An invalid or out-of-range value means the default: a typo must never widen a bound.
+A number out of range clamps to the nearest bound (logged once per variable and value), so a
+value just past a bound never jumps to the much wider default. Only a value that is not a
+number at all (or NaN) means the default.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -18,6 +21,10 @@ CONCURRENCY = "CENTRALMCP_ROUTER_BATCH_CONCURRENCY"
 CALL_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS"
 BATCH_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_TIMEOUT_SECONDS"
 ROUTER_MODE = "CENTRALMCP_ROUTER_MODE"
+
+log = logging.getLogger(__name__)
+# (variable, raw value) pairs already reported: settings are read on every call, the log says it once.
+_REPORTED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -36,11 +43,27 @@ class Setting:
             value = int(raw) if self.integer else float(raw)
         except ValueError:
             return self.default
-        if not math.isfinite(value) or value < self.minimum:
+        clamped = self.clamp(value)
+        if clamped is None:
             return self.default
-        if self.maximum is not None and value > self.maximum:
-            return self.default
-        return value
+        if clamped != value:
+            _report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
+        return clamped
+
+    def clamp(self, value: float) -> Optional[float]:
+        """``value`` within the range, or None when no bound can hold it (NaN, or infinity with no maximum)."""
+        if math.isnan(value):
+            return None
+        value = max(self.minimum, value)
+        if self.maximum is not None:
+            value = min(self.maximum, value)
+        return value if math.isfinite(value) else None
+
+
+def _report_once(env: str, raw: str, message: str) -> None:
+    if (env, raw) not in _REPORTED:
+        _REPORTED.add((env, raw))
+        log.warning(message)
 
 
 SETTINGS = (

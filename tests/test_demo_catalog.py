@@ -80,11 +80,38 @@ async def test_health_and_alerts_agree_with_the_inventory() -> None:
     )
 
 
+SECRET = "SECRET-7f3a"
+ID_TOOLS = [
+    ("inventory", "get_device", "serial"),
+    ("inventory", "get_site", "site_id"),
+    ("monitoring", "get_device_health", "serial"),
+    ("monitoring", "get_site_health", "site_id"),
+    ("changes", "reboot_device", "serial"),
+    ("changes", "delete_site", "site_id"),
+]
+
+
 @pytest.mark.anyio
-async def test_unknown_ids_are_tool_errors_with_a_hint() -> None:
-    answer = await call(demo.demo_backends()["inventory"], "get_device", {"serial": "NO-SUCH-SERIAL"})
+@pytest.mark.parametrize(("server", "tool", "argument"), ID_TOOLS)
+async def test_unknown_ids_are_tool_errors_with_a_hint_and_no_value(server: str, tool: str, argument: str) -> None:
+    answer = await call(demo.demo_backends()[server], tool, {argument: SECRET})
     assert answer.is_error
-    assert "Unknown device 'NO-SUCH-SERIAL'" in answer.text and "list_devices" in answer.text
+    kind = "site" if argument == "site_id" else "device"
+    assert f"Unknown {kind}: no {kind} has that {argument}." in answer.text and "gives the" in answer.text
+    assert SECRET not in answer.text
+
+
+@pytest.mark.anyio
+async def test_through_the_demo_router_an_unknown_id_never_reaches_the_response() -> None:
+    router = demo.demo_router()
+    reads = [{"name": tool, "arguments": {key: SECRET}} for server, tool, key in ID_TOOLS if server != "changes"]
+    async with _compat.connect(router.server) as client:
+        batch = await client.call_tool("invoke_read_tool_batch", {"calls": reads})
+        single = await client.call_tool("invoke_read_tool", {"name": "get_device", "arguments": {"serial": SECRET}})
+    assert [item["status"] for item in batch.payload["results"]] == ["error"] * len(reads)
+    assert "Unknown device: no device has that serial" in batch.payload["results"][0]["error"]
+    for answer in (batch, single):
+        assert SECRET not in answer.text and SECRET not in str(answer.structured)
 
 
 @pytest.mark.anyio
@@ -105,7 +132,10 @@ def test_the_data_is_the_same_on_every_run() -> None:
     assert demo.DemoNetwork() == demo.DemoNetwork()
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [("0", 0.0), ("250", 0.25), ("", 0.08), ("fast", 0.08), ("-5", 0.08), ("999999", 0.08)])
+LATENCIES = [("0", 0.0), ("250", 0.25), ("", 0.08), ("fast", 0.08), ("2.5", 0.08), ("-5", 0.0), ("999999", 5.0)]
+
+
+@pytest.mark.parametrize(("raw", "seconds"), LATENCIES)
 def test_latency_setting(monkeypatch: pytest.MonkeyPatch, raw: str, seconds: float) -> None:
     monkeypatch.setenv(demo.LATENCY_ENV, raw)
     assert demo.latency_seconds() == pytest.approx(seconds)

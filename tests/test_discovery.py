@@ -33,7 +33,8 @@ def test_the_entry_point_is_found_with_nothing_else_configured() -> None:
     pm.add_hookspecs(hookspecs)
     assert pm.load_setuptools_entrypoints("centralmcp") >= 1
     assert plugin in pm.get_plugins()
-    assert [dist.metadata["name"] for _, dist in pm.list_plugin_distinfo()].count("centralmcp-batch") == 1
+    ours = [pm.get_name(found) for found, dist in pm.list_plugin_distinfo() if dist.metadata["name"] == "centralmcp-batch"]
+    assert sorted(ours) == ["batch", "otel"]
 
 
 def test_the_pytest_plugin_and_console_script_are_declared() -> None:
@@ -54,7 +55,7 @@ def test_the_manifest_agrees_with_pyproject_the_entry_point_and_the_code() -> No
     own = manifest.own()
     ep = PYPROJECT["project"]["entry-points"]["centralmcp"]
     assert own.distribution == PYPROJECT["project"]["name"] == "centralmcp-batch"
-    assert own.group == hookspecs.PROJECT and ep == {own.name: own.entry_point}
+    assert own.group == hookspecs.PROJECT and ep == {own.name: own.entry_point, "otel": "centralmcp_batch.otel"}
     implemented = sorted(name for name, fn in vars(plugin).items() if name.startswith("centralmcp_") and hasattr(fn, "centralmcp_impl"))
     assert list(own.implements) == implemented
     host_side = ["centralmcp_acquire_rate_token", "centralmcp_dispatch_read", "centralmcp_find_tool", "centralmcp_read_gate", "centralmcp_resume_cursor"]

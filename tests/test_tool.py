@@ -110,7 +110,10 @@ async def test_settings_are_read_per_call(centralmcp_server: Any, monkeypatch: p
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "4000")
     tight = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
     assert tight.structured["truncated"] is True and len(tight.text.encode()) <= 4000
-    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "12")  # below the minimum: the default
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "12")  # below the minimum: the minimum
+    clamped = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    assert clamped.structured["truncated"] is True and len(clamped.text.encode()) <= 1024
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "lots")  # not a number: the default
     again = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
     assert again.structured["truncated"] is False
 

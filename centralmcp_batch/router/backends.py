@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import anyio
 
@@ -49,6 +49,8 @@ class RemoteBackend:
     client: Optional[_compat.ClientHandle] = None
     error: Optional[str] = None
     tools: list[_compat.ToolInfo] = field(default_factory=list)
+    # told the tool list of every (re)connect, before any call can use the new session
+    on_tools: Optional[Callable[[str, list[_compat.ToolInfo]], None]] = None
 
     def __post_init__(self) -> None:
         self.first_attempt = anyio.Event()
@@ -59,6 +61,8 @@ class RemoteBackend:
             try:
                 async with _compat.connect(_target(self.spec)) as client:
                     self.tools = await client.list_tools()
+                    if self.on_tools is not None:
+                        self.on_tools(self.name, self.tools)
                     self.client, self.error = client, None
                     self.first_attempt.set()
                     await self._broken.wait()

@@ -54,9 +54,26 @@ class Catalog:
                 raise HostContractError(f"duplicate backend tool name {name!r}: served by {self.entries[name].ref.server!r} and {server!r}")
         self.entries.update(staged)
 
+    def replace_backend(self, server: str, tools: Iterable[ToolInfo], options: BackendOptions) -> dict[str, str]:
+        """Make ``server``'s entries exactly ``tools``: after a reconnect the gate must see the current list.
+
+        A tool whose name another server already serves is left out (the first server keeps it);
+        the names left out are returned, each with the server that keeps it, for the caller to report.
+        """
+        others = {name: entry for name, entry in self.entries.items() if entry.ref.server != server}
+        listed = list(tools)
+        left_out = {tool.name: others[tool.name].ref.server or "" for tool in listed if tool.name in others}
+        self.entries = others
+        self.add_backend(server, [tool for tool in listed if tool.name not in left_out], options)
+        return left_out
+
     def find(self, name: str) -> Optional[ToolRef]:
         entry = self.entries.get(name)
         return entry.ref if entry else None
+
+    def input_schema(self, name: str) -> dict[str, Any]:
+        entry = self.entries.get(name)
+        return entry.input_schema if entry else {}
 
     def search(self, query: str, top_k: int, server: Optional[str], wanted: Optional[str]) -> list[dict[str, Any]]:
         words = [word for word in re.split(r"[^a-z0-9]+", query.lower()) if word]

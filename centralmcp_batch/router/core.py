@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Optional
@@ -13,12 +12,14 @@ import anyio
 
 from .. import _compat, hosting, pipeline
 from ..engine import Guards
+from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
 from ..models import CallContext, ToolRef
-from ..settings import BatchSettings, Setting
-from .backends import RemoteBackend, is_remote
 from ..ratelimit import RateLimitPlugin
+from ..settings import BatchSettings, Setting
+from . import validation
+from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
@@ -28,18 +29,19 @@ log = logging.getLogger(__name__)
 
 MAX_ITEMS = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_ITEMS", 200, 1, 200)
 MAX_BYTES = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", 200_000, 1_024)
-CURSOR_TTL_ENV = "CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS"
+CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
 NOT_READ_ONLY = "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
 FIRST_CONNECT_SECONDS = 30.0
 
 
-def _cursor_ttl(environ: Mapping[str, str]) -> int:
-    try:
-        ttl = int(environ.get(CURSOR_TTL_ENV, "900"))
-    except ValueError:
-        ttl = 900
-    return min(3600, max(30, ttl))
+def cursor_key(environ: Mapping[str, str]) -> Optional[bytes]:
+    """The signing key as the bytes the operator set; any bytes are a key, none means a random one.
+
+    On POSIX ``os.environ`` keeps undecodable bytes as surrogates, and ``os.fsencode`` gives them back
+    unchanged, so a key that is not UTF-8 neither stops the router nor reaches an error message.
+    """
+    return os.fsencode(environ.get(CURSOR_KEY_ENV, "")) or None
 
 
 class Router:
@@ -49,10 +51,10 @@ class Router:
         env = os.environ
         self.options = dict(options or {})
         self.limiter = limiter_from_env(env)  # account-wide: shared with every process on its store
-        key = env.get(CURSOR_KEY_ENV, "").encode() or None
-        self.cursors = CursorSigner(key, _cursor_ttl(env))
+        self.cursors = CursorSigner(cursor_key(env), int(CURSOR_TTL.read(env)))
         self.max_items, self.max_bytes = int(MAX_ITEMS.read(env)), int(MAX_BYTES.read(env))
         self.catalog = Catalog()
+        self.conflicts: dict[str, dict[str, str]] = {}  # remote server -> {its tool name: the server that has it}
         self.local: dict[str, Any] = {}
         self.remotes: dict[str, RemoteBackend] = {}
         for server, backend in backends.items():
@@ -65,7 +67,7 @@ class Router:
 
     def _add_backend(self, server: str, backend: Any) -> None:
         if is_remote(backend):
-            self.remotes[server] = RemoteBackend(server, backend)
+            self.remotes[server] = RemoteBackend(server, backend, on_tools=self._index_remote)
         elif _compat.is_server(backend):
             self.local[server] = backend
             self.catalog.add_backend(server, _compat.server_tools(backend), self.options_for(server))
@@ -97,7 +99,7 @@ class Router:
             with anyio.move_on_after(FIRST_CONNECT_SECONDS):
                 for remote in self.remotes.values():
                     await remote.first_attempt.wait()
-            self._index_remotes()
+            self._check_first_connects()
             self._connected += 1
             try:
                 yield self
@@ -105,12 +107,25 @@ class Router:
                 self._connected -= 1
                 tasks.cancel_scope.cancel()
 
-    def _index_remotes(self) -> None:
+    def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
+        """On every (re)connect: the catalog holds the backend's current tools, and only those."""
+        conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
+        if conflicts:
+            left_out = ", ".join(sorted(conflicts))
+            log.error("backend %r publishes tool names other backends serve, left out: %s", name, left_out)
+            self.conflicts[name] = conflicts
+        else:
+            self.conflicts.pop(name, None)
+
+    def _check_first_connects(self) -> None:
+        if self.conflicts:  # at start-up, as for in-process backends, a duplicate name is an error
+            name, conflicts = next(iter(self.conflicts.items()))
+            tool = min(conflicts)
+            raise HostContractError(f"duplicate backend tool name {tool!r}: served by {conflicts[tool]!r} and {name!r}")
         for name, remote in self.remotes.items():
             if remote.client is None:
-                log.warning("backend %r did not start (%s); the other backends keep serving", name, remote.error)
-                continue
-            self.catalog.add_backend(name, remote.tools, self.options_for(name))
+                why = remote.error
+                log.warning("backend %r did not start (%s); the others serve, and it joins when it comes up", name, why)
 
     @asynccontextmanager
     async def _lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -130,10 +145,19 @@ class Router:
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
-            return {"error": without_input_values(answer.text) or "the tool reported an error"}
+            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
         bounds = Bounds(self.max_items, max_bytes or self.max_bytes)
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
+
+    def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str) -> str:
+        """A backend's error as the caller may see it: a validation error is retold without its values."""
+        if not validation.is_validation_error(text):
+            return text
+        fields = validation.field_names(self.catalog.input_schema(tool.name))
+        local = self.local.get(tool.server or "")
+        details = None if local is None else _compat.argument_errors(local, tool.name, arguments)
+        return validation.retold(tool.name, text, details, fields)
 
     # -- the router's own tools -------------------------------------------------------
 
@@ -163,14 +187,6 @@ class Router:
         if outcome.status == "ok":
             return outcome.result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
-
-
-_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.S)
-
-
-def without_input_values(text: str) -> str:
-    """A backend's error without the argument values the SDK's validation errors quote."""
-    return _INPUT_VALUE.sub("input_value=<hidden>", text)
 
 
 class RouterHooks:

@@ -6,7 +6,8 @@ Every record is generated here from fixed numbers, so the demo needs no data fil
 the same answers on every run and every install.
 
 Each read waits a little, like a real management API: ``CENTRALMCP_DEMO_LATENCY_MS``
-(default 80, from 0 to 5000; anything else means the default) sets the delay per read.
+(default 80, from 0 to 5000; a number out of range clamps to the nearest bound, anything that is
+not a whole number means the default) sets the delay per read.
 ``list_clients`` answers hundreds of records, more than the router's item budget, so the
 router clips it and hands out a continuation cursor.
 """
@@ -20,10 +21,12 @@ from typing import Any, Optional
 import anyio
 
 from .. import _compat
+from ..settings import Setting
 
 LATENCY_ENV = "CENTRALMCP_DEMO_LATENCY_MS"
 DEFAULT_LATENCY_MS = 80
 MAX_LATENCY_MS = 5000
+LATENCY = Setting(LATENCY_ENV, DEFAULT_LATENCY_MS, 0, MAX_LATENCY_MS)
 
 READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
 WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
@@ -52,14 +55,7 @@ CLIENTS_PER_AP = 12
 
 def latency_seconds() -> float:
     """The simulated delay of one read, read on every call so a test can change it."""
-    raw = os.environ.get(LATENCY_ENV, "").strip()
-    try:
-        millis = int(raw)
-    except ValueError:
-        millis = DEFAULT_LATENCY_MS
-    if not 0 <= millis <= MAX_LATENCY_MS:
-        millis = DEFAULT_LATENCY_MS
-    return millis / 1000
+    return LATENCY.read(os.environ) / 1000
 
 
 async def simulated_latency() -> None:
@@ -150,13 +146,14 @@ class DemoNetwork:
         for site in self.sites:
             if site["site_id"] == site_id:
                 return site
-        raise _compat.ToolError(f"Unknown site '{site_id}'. list_sites gives the site ids.")
+        # Never the value asked for: the README tells hosts to keep argument values out of errors.
+        raise _compat.ToolError("Unknown site: no site has that site_id. list_sites gives the site ids.")
 
     def device(self, serial: str) -> dict[str, Any]:
         for device in self.devices:
             if device["serial"] == serial:
                 return device
-        raise _compat.ToolError(f"Unknown device '{serial}'. list_devices gives the serials.")
+        raise _compat.ToolError("Unknown device: no device has that serial. list_devices gives the serials.")
 
     def record_change(self, action: str, target: str, **details: Any) -> dict[str, Any]:
         change = {"change_id": f"CHG-{len(self.changes) + 1:04d}", "action": action, "target": target, **details}

@@ -1,0 +1,140 @@
+"""OpenTelemetry for batches: the ``otel`` entry point of this distribution (``centralmcp-batch[otel]``).
+
+Spans and metrics go to the global tracer and meter providers, so a host configures its exporters
+the usual OpenTelemetry way. The entry point is declared whether or not the extra is installed
+(entry points are static): without ``opentelemetry`` this module defines no hook implementation
+and so does nothing.
+
+What is recorded: tool and server names, statuses, counts and durations. Never an argument value,
+a cursor, a call id or an error text, since any of those may carry what the client sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .hookspecs import hookimpl
+from .models import ToolRef
+
+try:
+    from opentelemetry import metrics, trace
+except ImportError:  # the otel extra is not installed: no hooks, nothing recorded
+    AVAILABLE = False
+else:
+    AVAILABLE = True
+
+SCOPE = "centralmcp_batch"
+BATCH_SPAN = "invoke_read_tool_batch"
+ENTRY_SPAN = "invoke_read_tool_batch entry"
+
+
+@dataclass
+class _BatchTrace:
+    span: Any  # trace.Span, typed loosely so the module imports without opentelemetry
+    parent: Any  # the Context whose current span is the batch span
+
+
+def _tool_attributes(tool: Optional[str], server: Optional[str]) -> dict[str, str]:
+    # Attribute values cannot be None: an entry that never reached the catalog has no server.
+    attributes = {}
+    if tool is not None:
+        attributes["centralmcp.tool"] = tool
+    if server is not None:
+        attributes["centralmcp.server"] = server
+    return attributes
+
+
+def _seconds_ago_ns(seconds: float) -> int:
+    return time.time_ns() - max(0, int(seconds * 1e9))
+
+
+class BatchTelemetry:
+    """The observer hooks as spans and metrics; the module registers one over the global providers.
+
+    A host or a test may register its own instance with explicit providers.
+    """
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.entries = meter.create_counter(
+            "centralmcp.batch.entries", unit="{entry}", description="Batch entries finished, by status and server"
+        )
+        self.entry_duration = meter.create_histogram(
+            "centralmcp.batch.entry.duration", unit="s", description="How long one batch entry took"
+        )
+        self.batch_duration = meter.create_histogram(
+            "centralmcp.batch.duration", unit="s", description="How long one whole batch took"
+        )
+        self.rate_wait = meter.create_histogram(
+            "centralmcp.rate_token.wait", unit="s", description="Time a backend call waited for its rate tokens"
+        )
+        # Per instance: two telemetry plugins on one host must not end each other's spans.
+        self._current: ContextVar[Optional[_BatchTrace]] = ContextVar(f"centralmcp_batch_otel_{id(self)}", default=None)
+
+    @hookimpl
+    def centralmcp_batch_started(self, total: int) -> None:
+        # Set in the batch's own task before its workers start, so every entry of this batch sees it.
+        span = self.tracer.start_span(BATCH_SPAN, attributes={"centralmcp.batch.total": total})
+        self._current.set(_BatchTrace(span, trace.set_span_in_context(span)))
+
+    @hookimpl
+    def centralmcp_batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
+        status = str(item.get("status"))
+        labels = {"centralmcp.status": status, **_tool_attributes(None, item.get("server"))}
+        self.entries.add(1, labels)
+        self.entry_duration.record(seconds, labels)
+        batch = self._current.get()
+        attributes: dict[str, Any] = {
+            "centralmcp.index": int(item.get("index", -1)),
+            "centralmcp.status": status,
+            "centralmcp.seconds": seconds,
+            **_tool_attributes(item.get("tool"), item.get("server")),
+        }
+        span = self.tracer.start_span(
+            ENTRY_SPAN,
+            context=batch.parent if batch is not None else None,
+            attributes=attributes,
+            start_time=_seconds_ago_ns(seconds),
+        )
+        if status == "error":  # a refusal (blocked, unknown_tool, ...) is an answer, not a failure
+            span.set_status(trace.StatusCode.ERROR, "error")
+        span.end()
+
+    @hookimpl
+    def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
+        ok = bool(response.get("ok"))
+        self.batch_duration.record(seconds, {"centralmcp.batch.ok": ok})
+        batch = self._current.get()
+        if batch is None:  # a caller that does not report the start: the span is drawn afterwards
+            span = self.tracer.start_span(BATCH_SPAN, start_time=_seconds_ago_ns(seconds))
+        else:
+            span = batch.span
+            self._current.set(None)  # the same context as the start: the batch's own task
+        counts = response.get("counts") or {}
+        span.set_attributes(
+            {
+                "centralmcp.batch.ok": ok,
+                "centralmcp.batch.total": int(counts.get("total", 0)),
+                "centralmcp.batch.succeeded": int(counts.get("succeeded", 0)),
+                "centralmcp.batch.failed": int(counts.get("failed", 0)),
+                "centralmcp.batch.truncated": bool(response.get("truncated")),
+            }
+        )
+        span.end()
+
+    @hookimpl
+    def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
+        self.rate_wait.record(seconds, _tool_attributes(None, tool.server))
+
+
+if AVAILABLE:
+    _global = BatchTelemetry()
+    centralmcp_batch_started = _global.centralmcp_batch_started
+    centralmcp_batch_item_completed = _global.centralmcp_batch_item_completed
+    centralmcp_batch_completed = _global.centralmcp_batch_completed
+    centralmcp_rate_token_waited = _global.centralmcp_rate_token_waited

@@ -1,0 +1,133 @@
+"""The docs site stays true: every environment variable and every hook is documented, the generated tables hold."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from centralmcp_batch import hookspecs, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("centralmcp_batch_docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generator = load_generator()
+
+
+def pages() -> dict[str, str]:
+    """Every page's Markdown as the site renders it: generated tables filled in."""
+    manifest = generator.manifest_data()
+    return {str(page.relative_to(DOCS)): generator.render(page.read_text(), manifest) for page in sorted(DOCS.rglob("*.md"))}
+
+
+def variables_the_package_reads() -> set[str]:
+    named: set[str] = set()
+    for source in (ROOT / "centralmcp_batch").rglob("*.py"):
+        named |= set(re.findall(r"[\"'](CENTRALMCP_[A-Z0-9_]+)[\"']", source.read_text()))
+    return named
+
+
+def test_every_environment_variable_the_package_reads_is_in_the_configuration_page() -> None:
+    configuration = pages()["reference/configuration.md"]
+    named = variables_the_package_reads()
+    assert len(named) >= 10  # the search found the package's settings, not nothing
+    missing = sorted(name for name in named if f"`{name}`" not in configuration)
+    assert not missing, missing
+
+
+def test_every_batch_setting_has_a_generated_row_with_its_default_and_range() -> None:
+    configuration = pages()["reference/configuration.md"]
+    assert generator.MARKER.format("settings") not in configuration
+    for setting in settings.SETTINGS:
+        row = next(line for line in configuration.splitlines() if line.startswith(f"| `{setting.env}` |"))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1] == f"{setting.default:g}"
+        assert cells[2].startswith(f"{setting.minimum:g}")
+        assert setting.maximum is None or cells[2].endswith(f"{setting.maximum:g}")
+        assert len(cells[3]) > 20
+
+
+def test_every_hookspec_is_in_the_generated_table_and_the_reference() -> None:
+    hooks_page = pages()["reference/hooks.md"]
+    assert "::: centralmcp_batch.hookspecs" in (DOCS / "reference" / "hooks.md").read_text()
+    names = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("centralmcp_")]
+    assert len(names) >= 9
+    for name in names:
+        arguments = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
+        assert f"`{name}({arguments})`" in hooks_page, name
+
+
+def test_every_hookspec_documents_each_of_its_parameters() -> None:
+    """mkdocstrings renders the ``:param:`` lines; a parameter without one would be a blank row."""
+    for name, spec in generator.specs():
+        doc = inspect.getdoc(spec) or ""
+        for parameter in inspect.signature(spec).parameters:
+            assert f":param {parameter}:" in doc, (name, parameter)
+
+
+def test_the_settings_table_refuses_to_drift_from_plugin_toml() -> None:
+    manifest = generator.manifest_data()
+    changed_default = copy.deepcopy(manifest)
+    changed_default["settings"][0]["default"] = 1
+    no_meaning = copy.deepcopy(manifest)
+    del no_meaning["settings"][1]["description"]
+    extra = copy.deepcopy(manifest)
+    extra["settings"].append({"env": "CENTRALMCP_NOT_READ", "default": 1, "minimum": 0, "description": "nothing reads it"})
+    missing = copy.deepcopy(manifest)
+    missing["settings"].pop()
+    for broken in (changed_default, no_meaning, extra, missing):
+        with pytest.raises(generator.DocsDrift):
+            generator.settings_table(broken)
+
+
+def test_the_hook_table_refuses_a_hook_plugin_toml_does_not_place() -> None:
+    manifest: dict[str, Any] = generator.manifest_data()
+    manifest["hooks"]["calls"] = [name for name in manifest["hooks"]["calls"] if name != "centralmcp_batch_completed"]
+    with pytest.raises(generator.DocsDrift, match="centralmcp_batch_completed"):
+        generator.hooks_table(manifest)
+
+
+def test_every_page_is_in_the_nav_and_every_nav_page_but_one_awaited_exists() -> None:
+    nav = re.findall(r":\s*([\w/-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    on_disk = set(pages())
+    assert on_disk - set(nav) == set(), "a page nobody can reach"
+    # docs/deployment.md is written on another branch; mkdocs.yml says so next to its validation block.
+    assert set(nav) - on_disk <= {"deployment.md"}
+
+
+def test_the_site_builds_strictly_and_shows_every_hook_and_variable(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed; .ci/checks builds the site with it")
+    site = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert built.returncode == 0, built.stderr
+    hooks_html = (site / "reference" / "hooks" / "index.html").read_text()
+    for name, _ in generator.specs():
+        assert f'id="centralmcp_batch.hookspecs.{name}"' in hooks_html, name
+    configuration_html = (site / "reference" / "configuration" / "index.html").read_text()
+    for name in variables_the_package_reads():
+        assert name in configuration_html, name

@@ -1,0 +1,128 @@
+"""serve --transport http: which Host and Origin headers it accepts, over a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from test_cli import free_port, wait_for_port
+
+from centralmcp_batch import cli
+from centralmcp_batch.router import demo
+from centralmcp_batch.router.serve import HttpAccess
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
+
+
+def start_server(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "centralmcp_batch",
+        "serve",
+        "--demo",
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        *options,
+    ]
+    environ = {**os.environ, demo.LATENCY_ENV: "0", **(env or {})}
+    return subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), port
+
+
+@pytest.fixture
+def stop() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.terminate()
+        process.wait(timeout=10)
+        process.stderr.close()  # type: ignore[union-attr]
+
+
+def status(port: int, host: str, origin: str | None = None) -> int:
+    """The HTTP status of an initialize request sent to 127.0.0.1 with these Host and Origin headers."""
+    headers = {"Host": host, "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if origin is not None:
+        headers["Origin"] = origin
+    with httpx.Client(timeout=10) as client:
+        return client.post(f"http://127.0.0.1:{port}/mcp", json=INITIALIZE, headers=headers).status_code
+
+
+async def serving(stop: list[subprocess.Popen[bytes]], *options: str, env: dict[str, str] | None = None) -> int:
+    process, port = start_server(*options, env=env)
+    stop.append(process)
+    await wait_for_port(port, process)
+    return port
+
+
+@pytest.mark.anyio
+async def test_by_default_only_localhost_hosts_and_origins_pass(stop: list[subprocess.Popen[bytes]]) -> None:
+    port = await serving(stop)
+    assert status(port, f"127.0.0.1:{port}") == 200
+    assert status(port, f"localhost:{port}", origin=f"http://localhost:{port}") == 200
+    assert status(port, f"mcp.example.test:{port}") == 421
+    assert status(port, f"127.0.0.1:{port}", origin="https://evil.example.test") == 403
+
+
+@pytest.mark.anyio
+async def test_allowed_hosts_and_origins_from_flags(stop: list[subprocess.Popen[bytes]]) -> None:
+    port = await serving(
+        stop,
+        "--allow-host",
+        "mcp.example.test",
+        "--allow-host",
+        "pinned.example.test:9",
+        "--allow-origin",
+        "https://app.example.test",
+    )
+    assert status(port, f"mcp.example.test:{port}", origin="https://app.example.test") == 200
+    assert status(port, "mcp.example.test") == 200  # no port in the Host header: the default port of a proxy
+    assert status(port, "pinned.example.test:9") == 200
+    assert status(port, f"pinned.example.test:{port}") == 421  # a port given is that port only
+    assert status(port, f"evil.example.test:{port}") == 421
+    assert status(port, f"mcp.example.test:{port}", origin="https://evil.example.test") == 403
+    assert status(port, f"127.0.0.1:{port}") == 200  # localhost keeps working
+
+
+@pytest.mark.anyio
+async def test_allowed_hosts_and_origins_from_the_environment(stop: list[subprocess.Popen[bytes]]) -> None:
+    env = {cli.ALLOWED_HOSTS_ENV: "a.example.test, b.example.test", cli.ALLOWED_ORIGINS_ENV: "https://app.example.test"}
+    port = await serving(stop, env=env)
+    assert status(port, f"b.example.test:{port}", origin="https://app.example.test") == 200
+    assert status(port, f"c.example.test:{port}") == 421
+
+
+def test_a_bad_environment_entry_is_an_argument_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(cli.ALLOWED_ORIGINS_ENV, "app.example.test")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--demo", "--transport", "http"])
+    assert exited.value.code == 2
+    assert f"{cli.ALLOWED_ORIGINS_ENV}: invalid origin 'app.example.test'" in capsys.readouterr().err
+
+
+def test_a_name_without_a_port_matches_any_port() -> None:
+    access = HttpAccess(("mcp.example.test", "pinned.example.test:9", "[::2]", "[::3]:7"))
+    assert access.host_patterns() == [
+        "mcp.example.test",
+        "mcp.example.test:*",
+        "pinned.example.test:9",
+        "[::2]",
+        "[::2]:*",
+        "[::3]:7",
+    ]
