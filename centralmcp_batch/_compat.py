@@ -329,10 +329,16 @@ def transport_security(allowed_hosts: Sequence[str] = (), allowed_origins: Seque
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
-def http_app(server: Any, *, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()) -> Any:
-    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``, checking Host and Origin."""
+def http_app(
+    server: Any, *, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = (), stateless: bool = False
+) -> Any:
+    """The streamable HTTP ASGI app of ``server``, served at ``/mcp``, checking Host and Origin.
+
+    ``stateless``: no session lives in the process, so any replica can answer any request.
+    """
     security = transport_security(allowed_hosts, allowed_origins)
     if SDK_MAJOR >= 2:
-        return server.streamable_http_app(transport_security=security)
+        return server.streamable_http_app(transport_security=security, stateless_http=stateless)
     server.settings.transport_security = security  # 1.x reads it from the settings made at construction
+    server.settings.stateless_http = stateless
     return server.streamable_http_app()

@@ -308,6 +308,7 @@ async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_impor
 async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path, mode: str) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")
     env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": mode}  # minimal: as CentralMCP's .cursor/mcp.json runs it
+    env["CENTRALMCP_ROUTER_RATE_STORE"] = "memory"  # a bucket of its own, not the user's shared SQLite file
     params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
     async with _compat.connect(params) as client:
         names = sorted(tool.name for tool in await client.list_tools())

@@ -155,6 +155,7 @@ async def _listed(router: ModuleType) -> list[_compat.ToolInfo]:
 async def test_a_secret_is_tokenized_in_a_batch_over_stdio_on_the_router_run_as_a_script(tmp_path: Path) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")
     env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": "default", "CENTRALMCP_TOKENIZE_SECRETS": "1"}
+    env["CENTRALMCP_ROUTER_RATE_STORE"] = "memory"  # a bucket of its own, not the user's shared SQLite file
     params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
     async with _compat.connect(params) as client:
         answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK]})

@@ -64,8 +64,7 @@ def test_the_routers_own_settings_clamp(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", "10")
     monkeypatch.setenv("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", "5")
     router = Router({"t": tickets_server()})
-    # read through the router's own Settings: the limiter that takes them is another module's job
-    assert core.RATE.read(os.environ) == pytest.approx(0.001) and core._burst(os.environ, 0.001) == 1
+    assert (router.limiter.rate, router.limiter.burst) == (pytest.approx(0.001), 1)  # the limiter the router built
     assert (router.max_items, router.max_bytes, router.cursors.ttl) == (200, 1024, 30)
     monkeypatch.setenv("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", "forever")
     assert Router({"t": tickets_server()}).cursors.ttl == 900

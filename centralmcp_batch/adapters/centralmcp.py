@@ -24,6 +24,7 @@ from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
+from ..ratelimit import RateLimiter, limiter_from_env
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,35 @@ class CentralMCPRateGate:
         await self.router._await_dispatch_rate_gate()
 
 
+class SharedRateGate:
+    """The router's dispatch rate gate: the account-wide limiter first, then the router's own gate, if any.
+
+    Both limits hold: the account's across every process, and whatever the router's own bucket enforces.
+    """
+
+    def __init__(self, limiter: RateLimiter, own: Optional[Callable[[], Awaitable[None]]]) -> None:
+        self.limiter, self.own = limiter, own
+
+    async def __call__(self) -> None:
+        await self.limiter.acquire()
+        if self.own is not None:
+            await self.own()
+
+
+def install_shared_rate_gate(router: ModuleType, limiter: RateLimiter) -> None:
+    """Make ``limiter`` the router's dispatch rate gate, also after the router installs its own at start-up."""
+    current = getattr(router, "_dispatch_rate_gate", None)
+    if isinstance(current, SharedRateGate):  # adopted before: keep its limiter and its setter
+        return
+    install = router.set_dispatch_rate_gate
+
+    def set_dispatch_rate_gate(gate: Optional[Callable[[], Awaitable[None]]]) -> None:
+        install(SharedRateGate(limiter, gate))
+
+    set_dispatch_rate_gate(current)
+    router.set_dispatch_rate_gate = set_dispatch_rate_gate  # the router's start-up calls it by this name
+
+
 def has_rate_gate(router: ModuleType) -> bool:
     return callable(getattr(router, "set_dispatch_rate_gate", None)) and callable(getattr(router, "_await_dispatch_rate_gate", None))
 
@@ -110,7 +140,9 @@ def host_plugins(router: ModuleType) -> list[object]:
     return plugins
 
 
-def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
+def adopt(
+    router: ModuleType, *, replace: bool = True, rate_limiter: Optional[RateLimiter] = None
+) -> pluggy.PluginManager:
     """Publish ``invoke_read_tool_batch`` on ``router.mcp`` over the router's own parts.
 
     The same call serves every router mode. In minimal mode the router has no batch and this
@@ -118,7 +150,9 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
     own batch; this tool takes its place (logged), so one process never runs two batches.
     The module's own ``invoke_read_tool_batch`` then calls this tool too, for callers in the
     router's process; in minimal mode the module keeps having none, as its own tests expect.
-    ``replace=False`` refuses a router that has its own batch.
+    ``replace=False`` refuses a router that has its own batch. A router with a dispatch rate
+    gate gets the account-wide limiter (``rate_limiter``, or the one the environment names)
+    in it, so its single reads and every batch entry draw from one shared bucket.
     """
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
@@ -126,6 +160,8 @@ def adopt(router: ModuleType, *, replace: bool = True) -> pluggy.PluginManager:
             raise HostContractError(f"router {router.__name__!r} already publishes {TOOL_NAME!r} and replace=False was passed")
         log.info("router %r: centralmcp-batch's %s replaces the router's own", router.__name__, TOOL_NAME)
         _compat.remove_tool(server, TOOL_NAME)
+    if has_rate_gate(router):
+        install_shared_rate_gate(router, rate_limiter or limiter_from_env())
     with settings.adopted_explicitly():
         pm = hosting.install(server, *host_plugins(router))
     _compat.publish_output_schema(server, TOOL_NAME, adopted_output_schema())

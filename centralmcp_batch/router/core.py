@@ -16,17 +16,17 @@ from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
 from ..models import CallContext, ToolRef
+from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from . import validation
 from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
+from .limiter import limiter_from_env
 
 log = logging.getLogger(__name__)
 
-RATE = Setting("CENTRALMCP_ROUTER_RATE_PER_SECOND", 8.0, 0.001, None, integer=False)
-BURST_ENV = "CENTRALMCP_ROUTER_RATE_BURST"
 MAX_ITEMS = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_ITEMS", 200, 1, 200)
 MAX_BYTES = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", 200_000, 1_024)
 CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
@@ -44,21 +44,13 @@ def cursor_key(environ: Mapping[str, str]) -> Optional[bytes]:
     return os.fsencode(environ.get(CURSOR_KEY_ENV, "")) or None
 
 
-def _burst(environ: Mapping[str, str], rate: float) -> int:
-    fallback = max(2, int(rate))
-    return int(Setting(BURST_ENV, fallback, 1).read(environ))
-
-
 class Router:
     """``backends``: server name → in-process server object, ``StdioBackend`` or ``HttpBackend``."""
 
     def __init__(self, backends: Mapping[str, Any], *, options: Optional[Mapping[str, BackendOptions]] = None, name: str = "centralmcp-batch-router") -> None:
-        from .limiter import TokenBucket
-
         env = os.environ
         self.options = dict(options or {})
-        rate = RATE.read(env)
-        self.limiter = TokenBucket(rate, _burst(env, rate))
+        self.limiter = limiter_from_env(env)  # account-wide: shared with every process on its store
         self.cursors = CursorSigner(cursor_key(env), int(CURSOR_TTL.read(env)))
         self.max_items, self.max_bytes = int(MAX_ITEMS.read(env)), int(MAX_BYTES.read(env))
         self.catalog = Catalog()
@@ -70,7 +62,7 @@ class Router:
         self._connected = 0
         self.server = _compat.new_server(name, lifespan=self._lifespan)
         self._add_tools()
-        self.plugin_manager = hosting.install(self.server, RouterHooks(self))
+        self.plugin_manager = hosting.install(self.server, RouterHooks(self), RateLimitPlugin(self.limiter))
         self.hooks = HostHooks(self.plugin_manager)
 
     def _add_backend(self, server: str, backend: Any) -> None:
@@ -214,10 +206,6 @@ class RouterHooks:
     @hookimpl
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> int:
         return self.router.cursors.verify(tool.name, arguments, cursor)
-
-    @hookimpl
-    async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
-        await self.router.limiter.acquire()
 
     @hookimpl
     async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int) -> Any:

@@ -1,30 +1,18 @@
-"""An async token bucket: callers are served first come, first served."""
+"""The reference router's limiter: the account-wide one, from the environment.
+
+``TokenBucket`` is the same limiter over this process's memory, for a router (or a test) that
+wants one process's bucket whatever the environment says.
+"""
 
 from __future__ import annotations
 
-import time
+from ..ratelimit import MemoryStore, RateLimiter, limiter_from_env
 
-import anyio
+__all__ = ["RateLimiter", "TokenBucket", "limiter_from_env"]
 
 
-class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` saved up; ``acquire`` waits for one."""
+class TokenBucket(RateLimiter):
+    """``rate`` tokens a second, at most ``burst`` at once, in this process only."""
 
     def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self._tokens = float(burst)
-        self._stamp = time.monotonic()
-        self._queue = anyio.Lock()  # anyio's Lock wakes waiters in arrival order: the FIFO
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-
-    async def acquire(self) -> None:
-        async with self._queue:
-            self._refill()
-            if self._tokens < 1:
-                await anyio.sleep((1 - self._tokens) / self.rate)
-                self._refill()
-            self._tokens -= 1
+        super().__init__(MemoryStore(), rate, burst)

@@ -56,7 +56,9 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
         log.warning(
             "bound to %s, but only localhost Host headers are accepted: name the others with --allow-host", host
         )
-    app = _compat.http_app(router.server, allowed_hosts=access.host_patterns(), allowed_origins=list(access.origins))
+    # Stateless: no MCP session lives here, so replicas behind a load balancer serve any request.
+    hosts, origins = access.host_patterns(), list(access.origins)
+    app = _compat.http_app(router.server, allowed_hosts=hosts, allowed_origins=origins, stateless=True)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     async with router.connected():  # one session per remote backend for all HTTP clients
         await uvicorn.Server(config).serve()

@@ -1,0 +1,94 @@
+"""The account-wide limiter: reservations in a shared store, a local bucket while it is down.
+
+A store that fails (unreachable, locked, corrupt, unwritable) never stops a call: this
+process paces itself with a local bucket at the configured rate, logs the outage once, tries
+the store again every ``retry_seconds`` and logs when it has rejoined.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+import anyio
+
+from .memory import MemoryStore
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 1.0
+STORE_TIMEOUT_SECONDS = 2.0  # a reservation that takes longer counts as an outage
+
+
+class Store(Protocol):
+    url: str
+
+    async def reserve(self, key: str, interval: float, burst: int) -> float: ...
+
+    async def close(self) -> None: ...
+
+
+class RateLimiter:
+    """``rate`` tokens a second, ``burst`` at most at once, for every process sharing ``store`` and ``key``."""
+
+    def __init__(
+        self, store: Store, rate: float, burst: int, key: str = "central", retry_seconds: float = RETRY_SECONDS
+    ) -> None:
+        if not rate > 0 or burst < 1:
+            raise ValueError(f"a rate limiter needs rate > 0 and burst >= 1, not rate={rate!r}, burst={burst!r}")
+        self.store, self.rate, self.burst, self.key = store, rate, burst, key
+        self.interval = 1.0 / rate
+        self.retry_seconds = retry_seconds
+        self._local = MemoryStore()
+        self._queue = anyio.Lock()  # this process's reservations in arrival order (anyio's Lock is FIFO)
+        self._outage_since: float | None = None
+        self._next_try = 0.0
+
+    @property
+    def in_outage(self) -> bool:
+        return self._outage_since is not None
+
+    async def acquire(self) -> None:
+        """Reserve the next slot, then wait for it (outside the queue, so others reserve meanwhile)."""
+        async with self._queue:
+            wait = await self._reserve()
+        if wait > 0:
+            await anyio.sleep(wait)
+
+    async def _reserve(self) -> float:
+        if self._outage_since is None or time.monotonic() >= self._next_try:
+            try:
+                with anyio.fail_after(STORE_TIMEOUT_SECONDS):
+                    wait = await self.store.reserve(self.key, self.interval, self.burst)
+            except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
+                self._store_failed(exc)
+            else:
+                self._store_answered()
+                return wait
+        return await self._local.reserve(self.key, self.interval, self.burst)
+
+    def _store_failed(self, exc: Exception) -> None:
+        self._next_try = time.monotonic() + self.retry_seconds
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            reason = str(exc) or type(exc).__name__
+            log.warning(
+                "rate store %s failed: %s; pacing this process locally at %g/s, retrying every %g s",
+                self.store.url,
+                reason,
+                self.rate,
+                self.retry_seconds,
+            )
+
+    def _store_answered(self) -> None:
+        if self._outage_since is not None:
+            log.warning(
+                "rate store %s is back after %.1f s; the rate is shared again",
+                self.store.url,
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+
+    async def close(self) -> None:
+        await self.store.close()

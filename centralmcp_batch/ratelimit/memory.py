@@ -1,0 +1,23 @@
+"""The in-process store: one process's buckets, and the local fallback of the shared stores."""
+
+from __future__ import annotations
+
+import time
+
+from . import gcra
+
+
+class MemoryStore:
+    """Buckets in this process only, on the monotonic clock."""
+
+    url = "memory"
+
+    def __init__(self) -> None:
+        self._tats: dict[str, float] = {}
+
+    async def reserve(self, key: str, interval: float, burst: int) -> float:
+        self._tats[key], wait = gcra.reserve(self._tats.get(key, 0.0), time.monotonic(), interval, burst)
+        return wait
+
+    async def close(self) -> None:
+        self._tats.clear()

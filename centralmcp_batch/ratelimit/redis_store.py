@@ -1,0 +1,65 @@
+"""The store across machines: one Redis, one atomic server-side script per reservation.
+
+The script reads the clock with ``TIME`` on the server, so machines whose clocks disagree
+still share one timeline; the caller only sleeps the wait it is told.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import StoreUnavailable
+
+KEY_PREFIX = "centralmcp:rate:"
+TIMEOUT_SECONDS = 0.5  # a Redis slower than this is treated as down; the local bucket paces meanwhile
+
+# KEYS[1] the bucket; ARGV[1] the interval, ARGV[2] the burst. Returns the wait as a string: a
+# Lua number would come back truncated to an integer. The key expires once its TAT is long past.
+RESERVE_SCRIPT = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+tat = tat + interval
+redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 60000)
+local wait = tat - burst * interval - now
+if wait < 0 then wait = 0 end
+return string.format('%.6f', wait)
+"""
+
+
+def _client(url: str) -> Any:
+    try:
+        from redis.asyncio import Redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError:
+        raise ValueError(
+            f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
+        ) from None
+    # No retries of its own: a failed call falls back at once and the limiter decides when to try again.
+    return Redis.from_url(
+        url, socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0)
+    )
+
+
+class RedisStore:
+    """Buckets in the Redis at ``url`` (``redis://HOST:PORT/DB``), keyed ``centralmcp:rate:KEY``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._redis = _client(url)
+        self._script = self._redis.register_script(RESERVE_SCRIPT)  # EVALSHA, reloaded after a restart
+
+    async def reserve(self, key: str, interval: float, burst: int) -> float:
+        from redis.exceptions import RedisError
+
+        try:
+            answer = await self._script(keys=[KEY_PREFIX + key], args=[repr(interval), burst])
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"Redis at {self.url} is unreachable ({type(exc).__name__}: {exc})") from exc
+        return float(answer)
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,29 @@
+"""The rate-store benchmark runs and its figures hold: a short run of ``benchmarks/rate_stores.py``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from redis_server import redis_binary
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "rate_stores.py"
+RATE = 400.0
+
+
+@pytest.mark.slow
+def test_a_short_benchmark_run_prints_every_store_and_holds_the_rate() -> None:
+    redis_binary()  # Redis is one of the rows: skip outside CI without it, fail in CI
+    command = [sys.executable, str(SCRIPT), "--tokens", "200", "--rate", str(RATE), "--seconds", "0.5"]
+    output = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    row = re.compile(r"\| (memory|sqlite|redis) \|")
+    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if row.match(line)}
+    assert set(rows) == {"memory", "sqlite", "redis"}, output
+    for store in ("sqlite", "redis"):
+        held = [float(rate) for rate in re.findall(r"([\d.]+)/s \(", rows[store])]
+        assert len(held) == 2 and all(abs(rate - RATE) <= 0.10 * RATE for rate in held), rows[store]
+    p50, p99 = (float(cell) for cell in rows["memory"].split("|")[2:4])
+    assert 0 < p50 <= p99

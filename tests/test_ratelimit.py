@@ -1,0 +1,231 @@
+"""The account-wide limiter: GCRA arithmetic, each store, and every fault the issue names.
+
+Real parts: SQLite files shared by real processes, a real redis-server stopped and started.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from redis_server import RedisServer
+
+from centralmcp_batch.ratelimit import (
+    MemoryStore,
+    RateLimiter,
+    SqliteStore,
+    default_store_url,
+    limiter_from_env,
+    open_store,
+)
+from centralmcp_batch.ratelimit.gcra import reserve
+
+pytestmark = pytest.mark.anyio
+LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
+
+
+# -- the arithmetic ---------------------------------------------------------------------
+
+
+def test_gcra_gives_the_burst_at_once_then_one_slot_per_interval() -> None:
+    tat, waits = 0.0, []
+    for _ in range(6):
+        tat, wait = reserve(tat, 100.0, 0.5, 3)
+        waits.append(wait)
+    assert waits == [0.0, 0.0, 0.0, 0.5, 1.0, 1.5]
+    assert reserve(tat, 1000.0, 0.5, 3) == (1000.5, 0.0)  # a long idle spell: the burst is back, no more
+
+
+# -- the configuration ------------------------------------------------------------------
+
+
+def test_the_default_store_is_a_sqlite_file_in_the_users_cache_dir(tmp_path: Path) -> None:
+    url = default_store_url({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/nowhere"})
+    if sys.platform.startswith("linux"):
+        assert url == f"sqlite:///{tmp_path}/centralmcp-batch/rate.sqlite3"
+    limiter = limiter_from_env(
+        {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "5"}
+    )
+    assert isinstance(limiter.store, SqliteStore) and (limiter.rate, limiter.burst, limiter.key) == (5.0, 5, "central")
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://relative/path", "sqlite:///", "redis://", "memcached://x", "Memory", "/tmp/rate.db"]
+)
+def test_a_malformed_store_is_a_start_up_error_naming_the_forms(url: str) -> None:
+    with pytest.raises(ValueError, match="CENTRALMCP_ROUTER_RATE_STORE=.*(expected memory, sqlite|must be absolute)"):
+        open_store(url)
+
+
+def test_the_key_and_the_rate_come_from_the_environment() -> None:
+    env = {
+        "CENTRALMCP_ROUTER_RATE_STORE": "memory",
+        "CENTRALMCP_ROUTER_RATE_KEY": "acct-2",
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": "10",
+        "CENTRALMCP_ROUTER_RATE_BURST": "3",
+    }
+    limiter = limiter_from_env(env)
+    assert isinstance(limiter.store, MemoryStore) and (limiter.rate, limiter.burst, limiter.key) == (10.0, 3, "acct-2")
+
+
+# -- pacing in one process --------------------------------------------------------------
+
+
+async def take_all(limiter: RateLimiter, count: int) -> tuple[list[int], float]:
+    order: list[int] = []
+
+    async def take(n: int) -> None:
+        await limiter.acquire()
+        order.append(n)
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as tasks:
+        for n in range(count):
+            tasks.start_soon(take, n)
+            await anyio.lowlevel.checkpoint()  # arrive in order
+    return order, time.monotonic() - started
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_callers_are_served_in_arrival_order_at_the_rate(store: str, tmp_path: Path) -> None:
+    limiter = RateLimiter(MemoryStore() if store == "memory" else SqliteStore(tmp_path / "rate.db"), 100.0, 5)
+    order, elapsed = await take_all(limiter, 35)
+    assert order == list(range(35))
+    assert 0.30 * 0.9 <= elapsed <= 0.30 * 3  # 30 tokens beyond the burst at 100/s; the upper bound is generous
+
+
+async def test_two_keys_in_one_store_are_two_budgets(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "rate.db")
+    waits_a = [await store.reserve("a", 1.0, 1) for _ in range(3)]
+    waits_b = [await store.reserve("b", 1.0, 1) for _ in range(3)]
+    assert waits_a[0] == waits_b[0] == 0.0 and waits_a[2] > 1.5 and waits_b[2] > 1.5
+
+
+# -- SQLite: atomic across real processes -----------------------------------------------
+
+RESERVER = """
+import sys, anyio
+from pathlib import Path
+from centralmcp_batch.ratelimit import SqliteStore
+store = SqliteStore(Path(sys.argv[1]))
+async def main():
+    for _ in range(int(sys.argv[2])):
+        await store.reserve("k", 1.0, 1)
+anyio.run(main)
+"""
+
+
+def test_reservations_from_several_processes_are_never_lost(tmp_path: Path) -> None:
+    # Interval 1 s: the TAT runs far ahead of the clock, so it must end exactly one second per reservation
+    # past the first one's; an update lost to a race would leave it short.
+    path = tmp_path / "rate.db"
+    started = time.time()
+    processes = [subprocess.Popen([sys.executable, "-c", RESERVER, str(path), "150"]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in processes] == [0] * 4
+    (tat,) = sqlite3.connect(path).execute("SELECT tat FROM gcra_buckets WHERE key = 'k'").fetchone()
+    assert started + 600 <= tat <= time.time() + 600
+
+
+# -- faults: every call completes, one log line per outage, rejoin ----------------------
+
+
+async def take_during(limiter: RateLimiter, count: int) -> float:
+    started = time.monotonic()
+    for _ in range(count):
+        await limiter.acquire()
+    return time.monotonic() - started
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LIMITER_LOG]
+
+
+async def test_a_corrupt_sqlite_file_falls_back_with_a_clear_line_and_rejoins_when_repaired(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "rate.db"
+    path.write_bytes(b"this is not a database" * 100)
+    limiter = RateLimiter(SqliteStore(path), 100.0, 5, retry_seconds=0.2)
+    with caplog.at_level(logging.WARNING, LIMITER_LOG):
+        elapsed = await take_during(limiter, 25)
+        assert limiter.in_outage and elapsed >= 0.20 * 0.9  # paced locally: 20 beyond the burst at 100/s
+        (line,) = outage_lines(caplog)  # once, not per call
+        assert f"SQLite file {path} is corrupt" in line and "pacing this process locally at 100/s" in line
+        path.unlink()
+        await anyio.sleep(0.25)
+        await limiter.acquire()
+    assert not limiter.in_outage and "is back after" in outage_lines(caplog)[-1]
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM gcra_buckets").fetchone() == (1,)
+
+
+async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "rate.db"
+    limiter = RateLimiter(SqliteStore(path, busy_seconds=0.05), 100.0, 5, retry_seconds=0.2)
+    await limiter.acquire()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process's writer that never lets go
+    with caplog.at_level(logging.WARNING, LIMITER_LOG):
+        await take_during(limiter, 10)
+        assert limiter.in_outage and "is locked by another process" in outage_lines(caplog)[0]
+        holder.execute("ROLLBACK")
+        await anyio.sleep(0.25)
+        await limiter.acquire()
+    assert not limiter.in_outage and len(outage_lines(caplog)) == 2
+
+
+async def test_an_unwritable_sqlite_path_falls_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = blocker / "rate.db"  # its directory is a file: it can never be created, even by root
+    limiter = RateLimiter(SqliteStore(path), 200.0, 2)
+    with caplog.at_level(logging.WARNING, LIMITER_LOG):
+        await take_during(limiter, 6)
+    (line,) = outage_lines(caplog)
+    assert f"SQLite file {path} is unusable" in line and limiter.in_outage
+
+
+# -- Redis ------------------------------------------------------------------------------
+
+
+async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(redis_url: str) -> None:
+    first, second = open_store(redis_url), open_store(redis_url)
+    key = f"acct-{uuid.uuid4()}"
+    try:
+        waits = [await store.reserve(key, 0.5, 2) for store in (first, second, first, second)]
+    finally:
+        await first.close()
+        await second.close()
+    assert waits[:2] == [0.0, 0.0] and 0.4 < waits[2] <= 0.5 and 0.9 < waits[3] <= 1.0
+
+
+async def test_redis_stopped_and_restarted_mid_run(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    limiter = RateLimiter(open_store(redis_server.url), 200.0, 5, retry_seconds=0.2)
+    try:
+        with caplog.at_level(logging.WARNING, LIMITER_LOG):
+            await take_during(limiter, 10)
+            assert not limiter.in_outage
+            redis_server.stop()
+            elapsed = await take_during(limiter, 45)  # every call completes, paced locally
+            assert limiter.in_outage and elapsed >= 40 / 200 * 0.9
+            redis_server.start()
+            await anyio.sleep(0.25)
+            await take_during(limiter, 10)
+            assert not limiter.in_outage
+        lines = outage_lines(caplog)
+        assert (
+            len(lines) == 2
+            and f"Redis at {redis_server.url} is unreachable" in lines[0]
+            and "is back after" in lines[1]
+        )
+    finally:
+        await limiter.close()

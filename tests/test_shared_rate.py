@@ -1,0 +1,247 @@
+"""One account-wide rate across real router processes: 3 on stdio, 3 HTTP replicas, SQLite and Redis.
+
+Each router is a real ``centralmcp-batch serve`` subprocess over a backend that stamps the wall
+clock of every call. Once the burst is spent, the stamps of all processes together must keep
+the configured account rate within 10%; every entry must come back; a cursor issued by one
+replica must resume on another; Redis stopped and started mid-run must lose no batch and share
+the rate again afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from redis_server import RedisServer, free_port
+
+from centralmcp_batch import _compat
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+HERE = Path(__file__).parent
+RATE, BURST, TOLERANCE = 120.0, 5, 0.10
+ENTRIES = 25
+PROCESSES = 3
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'rate.sqlite3'}"
+        return
+    yield request.getfixturevalue("redis_url")
+
+
+def router_config(tmp_path: Path) -> Path:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        '[backends.clock]\nmodule = "tests.backends.clock:clock_server"\n'
+        '[backends.tickets]\nmodule = "tests.backends.tickets:tickets_server"\n'
+    )
+    return config
+
+
+def router_env(store_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        "CENTRALMCP_ROUTER_RATE_STORE": store_url,
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": str(RATE),
+        "CENTRALMCP_ROUTER_RATE_BURST": str(BURST),
+        "CENTRALMCP_ROUTER_RATE_KEY": f"test-{uuid.uuid4()}",  # a fresh bucket, also on a Redis shared with other runs
+        "CENTRALMCP_ROUTER_CURSOR_KEY": "one key for every replica",
+        "CENTRALMCP_ROUTER_BATCH_CONCURRENCY": "8",
+    }
+
+
+def stamp_calls(tag: str) -> list[dict[str, Any]]:
+    return [{"name": "stamp", "id": f"{tag}-{i}", "arguments": {"tag": f"{tag}-{i}"}} for i in range(ENTRIES)]
+
+
+def check_complete(responses: dict[str, dict[str, Any]]) -> list[float]:
+    """Every batch ok, every entry back once in order; the stamps of all of them."""
+    stamps = []
+    for tag, response in responses.items():
+        assert response["ok"] is True, response
+        assert [item["result"]["tag"] for item in response["results"]] == [f"{tag}-{i}" for i in range(ENTRIES)]
+        stamps += [item["result"]["at"] for item in response["results"]]
+    return stamps
+
+
+def rate_after_burst(stamps: list[float]) -> float:
+    paced = sorted(stamps)[BURST:]
+    return (len(paced) - 1) / (paced[-1] - paced[0])
+
+
+def assert_account_rate(stamps: list[float]) -> None:
+    rate = rate_after_burst(stamps)
+    assert abs(rate - RATE) <= TOLERANCE * RATE, f"{rate:.1f}/s across {len(stamps)} calls, configured {RATE}/s"
+
+
+# -- stdio ------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def stdio_routers(tmp_path: Path, store_url: str) -> AsyncIterator[list[_compat.ClientHandle]]:
+    command = ["-m", "centralmcp_batch", "serve", "--config", str(router_config(tmp_path))]
+    params = _compat.StdioServerParameters(
+        command=sys.executable, args=command, env=router_env(store_url), cwd=str(HERE.parent)
+    )
+    async with AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(_compat.connect(params)) for _ in range(PROCESSES)]
+        yield clients
+
+
+async def batches_on(clients: list[_compat.ClientHandle], round_tag: str, per_client: int) -> dict[str, dict[str, Any]]:
+    """``per_client`` batches on every client at once; the responses by tag."""
+    responses: dict[str, dict[str, Any]] = {}
+
+    async def one(client: _compat.ClientHandle, tag: str) -> None:
+        answer = await client.call_tool("invoke_read_tool_batch", {"calls": stamp_calls(tag)})
+        assert not answer.is_error, answer.text
+        responses[tag] = answer.structured or {}
+
+    async with anyio.create_task_group() as tasks:
+        for c, client in enumerate(clients):
+            for b in range(per_client):
+                tasks.start_soon(one, client, f"{round_tag}c{c}b{b}")
+    return responses
+
+
+async def test_three_stdio_routers_share_one_account_rate(tmp_path: Path, store_url: str) -> None:
+    with anyio.fail_after(90):
+        async with stdio_routers(tmp_path, store_url) as clients:
+            stamps = check_complete(await batches_on(clients, "r", per_client=3))
+    assert len(stamps) == PROCESSES * 3 * ENTRIES
+    assert_account_rate(stamps)
+
+
+async def test_redis_stopped_and_restarted_mid_run_loses_nothing_and_shares_again(tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path)
+    redis.start()
+    try:
+        with anyio.fail_after(90):
+            async with stdio_routers(tmp_path, redis.url) as clients:
+                assert_account_rate(check_complete(await batches_on(clients, "before", per_client=2)))
+                redis.stop()
+                during = check_complete(await batches_on(clients, "down", per_client=2))  # paced by each process alone
+                assert len(during) == PROCESSES * 2 * ENTRIES
+                redis.start()
+                await anyio.sleep(1.2)  # past the limiter's retry interval
+                assert_account_rate(check_complete(await batches_on(clients, "after", per_client=2)))
+    finally:
+        redis.stop()
+
+
+# -- HTTP replicas ----------------------------------------------------------------------
+
+
+@contextmanager
+def http_replicas(tmp_path: Path, store_url: str) -> Iterator[list[str]]:
+    config, ports = router_config(tmp_path), [free_port() for _ in range(PROCESSES)]
+    processes, env = [], router_env(store_url)  # one environment, so one bucket key, for every replica
+    try:
+        for n, port in enumerate(ports):
+            command = [
+                sys.executable,
+                "-m",
+                "centralmcp_batch",
+                "serve",
+                "--config",
+                str(config),
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+            ]
+            with (tmp_path / f"replica{n}.log").open("wb") as log:  # the child keeps its own copy of the handle
+                processes.append(
+                    subprocess.Popen(command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=log)
+                )
+        yield [f"http://127.0.0.1:{port}/mcp" for port in ports]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=15)
+
+
+async def wait_until_served(http: httpx.AsyncClient, urls: list[str]) -> None:
+    for url in urls:
+        while True:
+            try:
+                await rpc(
+                    http,
+                    url,
+                    "initialize",
+                    {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+                )
+                break
+            except httpx.TransportError:
+                await anyio.sleep(0.1)
+
+
+async def rpc(http: httpx.AsyncClient, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-RPC request on its own, as a load balancer may send it to any replica."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    reply = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    reply.raise_for_status()
+    if reply.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[len("data:") :] for line in reply.text.splitlines() if line.startswith("data:")]
+        message = json.loads(data[-1])
+    else:
+        message = reply.json()
+    assert "error" not in message, message
+    return dict(message["result"])
+
+
+async def call_tool(http: httpx.AsyncClient, url: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await rpc(http, url, "tools/call", {"name": name, "arguments": arguments})
+    assert not result.get("isError"), result
+    return dict(result["structuredContent"])
+
+
+async def test_three_http_replicas_serve_any_request_share_the_rate_and_each_others_cursors(
+    tmp_path: Path, store_url: str
+) -> None:
+    with http_replicas(tmp_path, store_url) as urls, anyio.fail_after(90):
+        async with httpx.AsyncClient(timeout=60) as http:
+            await wait_until_served(http, urls)
+            # The client initialised on each replica above and now alternates, one request here, the next there.
+            first = await call_tool(http, urls[0], "invoke_read_tool", {"name": "list_tickets"})
+            resumed = await call_tool(
+                http,
+                urls[1],
+                "invoke_read_tool_batch",
+                {"calls": [{"name": "list_tickets", "cursor": first["next_cursor"]}]},
+            )
+            assert resumed["results"][0]["status"] == "ok", resumed
+            assert resumed["results"][0]["result"]["tickets"][0]["id"] == "T-0200"
+            single = await call_tool(
+                http, urls[2], "invoke_read_tool", {"name": "list_tickets", "cursor": first["next_cursor"]}
+            )
+            assert single["tickets"][0]["id"] == "T-0200"
+
+            responses: dict[str, dict[str, Any]] = {}
+
+            async def one(n: int) -> None:
+                responses[f"h{n}"] = await call_tool(
+                    http, urls[n % PROCESSES], "invoke_read_tool_batch", {"calls": stamp_calls(f"h{n}")}
+                )
+
+            async with anyio.create_task_group() as tasks:
+                for n in range(3 * PROCESSES):
+                    tasks.start_soon(one, n)
+    stamps = check_complete(responses)
+    assert len(stamps) == 3 * PROCESSES * ENTRIES
+    assert_account_rate(stamps)
