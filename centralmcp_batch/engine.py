@@ -148,7 +148,7 @@ def _cancel_requested() -> bool:
 def describe(exc: BaseException) -> str:
     """An exception as an item's error: ``"ExcType: message"`` (just ``ExcType`` with no message)."""
     name = type(exc).__name__
-    if isinstance(exc, (asyncio.CancelledError, anyio.get_cancelled_exc_class())):
+    if isinstance(exc, asyncio.CancelledError):  # described only once must_propagate said it was not real
         return f"{name}: raised by the call itself; no time limit passed and the client did not cancel"
     text = str(exc)
     return f"{name}: {text}" if text else name
