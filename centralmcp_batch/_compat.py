@@ -124,7 +124,8 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     """Call a tool of an in-process server through its tool manager, with the Context the server's
     own ``call_tool`` would give it; a ``ToolError`` is an error answer."""
     try:
-        raw = await call_manager_tool(server._tool_manager, name, arguments, context=_server_context(server), convert_result=True)
+        manager = server._tool_manager  # noqa: SLF001 - no public way to reach a server's tools
+        raw = await call_manager_tool(manager, name, arguments, context=_server_context(server), convert_result=True)
     except ToolError as exc:
         return Answer(is_error=True, text=str(exc))
     if isinstance(raw, CallToolResult):
@@ -134,7 +135,9 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     return Answer(is_error=False, text=_joined_text(raw))
 
 
-async def call_manager_tool(manager: Any, name: str, arguments: Mapping[str, Any], *, context: Any, convert_result: bool = False) -> Any:
+async def call_manager_tool(
+    manager: Any, name: str, arguments: Mapping[str, Any], *, context: Any, convert_result: bool = False
+) -> Any:
     """What ``manager.call_tool(name, arguments, context=context)`` answers, except that a sync
     (``def``) tool runs in a worker thread that a cancelled call abandons.
 
@@ -151,7 +154,8 @@ async def call_manager_tool(manager: Any, name: str, arguments: Mapping[str, Any
 def _server_context(server: Any) -> Any:
     """The Context ``server.call_tool`` makes for a call from inside the process."""
     if SDK_MAJOR >= 2:
-        return Context(mcp_server=server, subscriptions=server._subscriptions)  # noqa: SLF001 - as MCPServer.call_tool does
+        # As MCPServer.call_tool makes it; 2.x has no public accessor for the subscriptions.
+        return Context(mcp_server=server, subscriptions=server._subscriptions)  # noqa: SLF001
     return server.get_context()
 
 

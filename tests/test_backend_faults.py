@@ -83,7 +83,11 @@ async def wait_for(event: Any, seconds: float = 10.0) -> None:
 @pytest.mark.parametrize("tool", ["raise_base", "raise_base_sync"], ids=["async", "def"])
 @pytest.mark.parametrize("kind", list(BASE_EXCEPTIONS))
 async def test_a_base_exception_from_a_backend_fails_only_its_entry(router: Router, kind: str, tool: str) -> None:
-    calls = [{"name": "quick", "arguments": {"tag": "before"}}, {"name": tool, "arguments": {"kind": kind}, "id": "fails"}, {"name": "quick", "arguments": {"tag": "after"}}]
+    calls = [
+        {"name": "quick", "arguments": {"tag": "before"}},
+        {"name": tool, "arguments": {"kind": kind}, "id": "fails"},
+        {"name": "quick", "arguments": {"tag": "after"}},
+    ]
     async with _compat.connect(router.server) as client:
         with anyio.fail_after(30):
             first = await client.call_tool(BATCH, {"calls": calls})
@@ -99,9 +103,15 @@ async def test_a_base_exception_from_a_backend_fails_only_its_entry(router: Rout
 # -- item 2: a backend's own CancelledError ---------------------------------------------
 
 
-async def test_a_backend_cancelling_itself_fails_only_its_entry_and_says_what_happened(router: Router, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_backend_cancelling_itself_fails_only_its_entry_and_says_what_happened(
+    router: Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "1")  # the next entries run on the same worker after it
-    calls = [{"name": "cancel_itself", "id": "self"}, {"name": "quick", "id": "next"}, {"name": "quick_sync", "id": "last"}]
+    calls = [
+        {"name": "cancel_itself", "id": "self"},
+        {"name": "quick", "id": "next"},
+        {"name": "quick_sync", "id": "last"},
+    ]
     response = await batch(router.server, calls)
     assert statuses(response) == ["error", "ok", "ok"]
     assert response["results"][0]["error"] == SELF_CANCELLED
@@ -113,7 +123,9 @@ async def test_a_backend_cancelling_itself_fails_only_its_entry_and_says_what_ha
 # -- item 3: sync tools under time limits and cancellation ------------------------------
 
 
-async def test_a_blocking_def_tool_times_out_at_the_call_limit_and_its_late_result_is_dropped(router: Router, blocker: Blocker, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_blocking_def_tool_times_out_at_the_call_limit_and_its_late_result_is_dropped(
+    router: Router, blocker: Blocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(CALL_TIMEOUT, "0.3")
     monkeypatch.setenv(BATCH_TIMEOUT, "1")
     started = time.perf_counter()
@@ -127,10 +139,14 @@ async def test_a_blocking_def_tool_times_out_at_the_call_limit_and_its_late_resu
     assert (await batch(router.server, [{"name": "quick"}]))["ok"] is True
 
 
-async def test_a_blocking_def_tool_is_cut_off_at_the_batch_limit(router: Router, blocker: Blocker, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_blocking_def_tool_is_cut_off_at_the_batch_limit(
+    router: Router, blocker: Blocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(BATCH_TIMEOUT, "0.4")
     response = await batch(router.server, [{"name": "block_sync", "arguments": {"limit": 10}}])
-    assert response["results"][0]["error"] == "TimeoutError: cancelled while running: the batch time limit of 0.4s passed"
+    assert (
+        response["results"][0]["error"] == "TimeoutError: cancelled while running: the batch time limit of 0.4s passed"
+    )
     assert not blocker.finished.is_set()
 
 
@@ -158,7 +174,9 @@ async def test_the_router_serves_other_clients_while_a_def_tool_blocks(router: R
 async def test_cancelling_a_batch_returns_while_its_def_tool_is_still_blocked(router: Router, blocker: Blocker) -> None:
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(batch_tool.run, router.hooks, [{"name": "block_sync", "arguments": {"limit": 10}}, {"name": "quick"}])
+            tasks.start_soon(
+                batch_tool.run, router.hooks, [{"name": "block_sync", "arguments": {"limit": 10}}, {"name": "quick"}]
+            )
             await wait_for(blocker.started)
             tasks.cancel_scope.cancel()
     assert not blocker.finished.is_set(), "cancellation waited for the worker thread"
@@ -168,7 +186,9 @@ async def test_a_client_cancelling_over_mcp_is_not_held_by_a_def_tool(router: Ro
     with anyio.fail_after(30):
         async with _compat.connect(router.server) as client:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(client.call_tool, BATCH, {"calls": [{"name": "block_sync", "arguments": {"limit": 10}}]})
+                tasks.start_soon(
+                    client.call_tool, BATCH, {"calls": [{"name": "block_sync", "arguments": {"limit": 10}}]}
+                )
                 await wait_for(blocker.started)
                 tasks.cancel_scope.cancel()
             after = await client.call_tool(BATCH, {"calls": [{"name": "quick", "arguments": {"tag": "after"}}]})
@@ -177,7 +197,10 @@ async def test_a_client_cancelling_over_mcp_is_not_held_by_a_def_tool(router: Ro
 
 
 async def test_a_def_tool_still_gets_validation_errors_and_its_own_results(router: Router) -> None:
-    response = await batch(router.server, [{"name": "sleep_sync", "arguments": {"seconds": "long"}}, {"name": "sleep_sync", "arguments": {"seconds": 0}}])
+    response = await batch(
+        router.server,
+        [{"name": "sleep_sync", "arguments": {"seconds": "long"}}, {"name": "sleep_sync", "arguments": {"seconds": 0}}],
+    )
     assert statuses(response) == ["error", "ok"]
     assert "sleep_sync" in response["results"][0]["error"] and "long" not in response["results"][0]["error"]
     assert response["results"][1]["result"] == {"slept": 0}
@@ -192,7 +215,9 @@ _fresh = itertools.count()
 def adopted_standin(monkeypatch: pytest.MonkeyPatch, blocker: Blocker) -> Iterator[ModuleType]:
     """The CentralMCP stand-in router, adopted, with two fragile def tools on its monitoring backend."""
     monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
-    spec = importlib.util.spec_from_file_location(f"standin_router_faults_{next(_fresh)}", HERE / "standins" / "centralmcp_router.py")
+    spec = importlib.util.spec_from_file_location(
+        f"standin_router_faults_{next(_fresh)}", HERE / "standins" / "centralmcp_router.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -200,16 +225,24 @@ def adopted_standin(monkeypatch: pytest.MonkeyPatch, blocker: Blocker) -> Iterat
     added = ["block_sync", "raise_base_sync"]
     for name in added:
         tool = fragile._tool_manager.get_tool(name)
-        _compat.add_tool(monitoring_backend.mcp, tool.fn, name=name, description=name, annotations={"readOnlyHint": True})
+        _compat.add_tool(
+            monitoring_backend.mcp, tool.fn, name=name, description=name, annotations={"readOnlyHint": True}
+        )
     centralmcp.adopt(module)
     yield module
     for name in added:
         _compat.remove_tool(monitoring_backend.mcp, name)
 
 
-async def test_the_centralmcp_adapter_contains_base_exceptions_and_cuts_off_def_tools(adopted_standin: ModuleType, blocker: Blocker, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_centralmcp_adapter_contains_base_exceptions_and_cuts_off_def_tools(
+    adopted_standin: ModuleType, blocker: Blocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(CALL_TIMEOUT, "0.3")
-    calls = [{"name": "block_sync", "arguments": {"limit": 10}}, {"name": "raise_base_sync", "arguments": {"kind": "argparse"}}, {"name": "get_device", "arguments": {"serial": "a"}}]
+    calls = [
+        {"name": "block_sync", "arguments": {"limit": 10}},
+        {"name": "raise_base_sync", "arguments": {"kind": "argparse"}},
+        {"name": "get_device", "arguments": {"serial": "a"}},
+    ]
     response = await batch(adopted_standin.mcp, calls)
     assert statuses(response) == ["error", "error", "ok"]
     assert response["results"][0]["error"] == "TimeoutError: the backend call timed out after 0.3s"
@@ -231,7 +264,9 @@ def free_port() -> int:
 async def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
     with anyio.fail_after(30):
         while True:
-            assert process.poll() is None, f"the router exited early: {process.stderr.read().decode()}"  # type: ignore[union-attr]
+            if process.poll() is not None:
+                log = process.stderr.read().decode()  # type: ignore[union-attr]
+                raise AssertionError(f"the router exited early: {log}")
             try:
                 stream = await anyio.connect_tcp("127.0.0.1", port)
                 await stream.aclose()
@@ -245,26 +280,55 @@ async def test_over_http_a_fragile_backend_never_takes_the_router_down(tmp_path:
     config = tmp_path / "router.toml"
     config.write_text('[backends.fragile]\nmodule = "tests.backends.fragile:fragile_server"\n')
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "1000"}
-    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config), "--transport", "http", "--port", str(port)]
-    process = subprocess.Popen(command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": "1000",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "centralmcp_batch",
+        "serve",
+        "--config",
+        str(config),
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(
+        command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     url = f"http://127.0.0.1:{port}/mcp"
-    calls = [{"name": tool, "arguments": {"kind": kind}} for kind in BASE_EXCEPTIONS for tool in ("raise_base", "raise_base_sync")]
+    calls = [
+        {"name": tool, "arguments": {"kind": kind}}
+        for kind in BASE_EXCEPTIONS
+        for tool in ("raise_base", "raise_base_sync")
+    ]
     calls += [{"name": "cancel_itself"}, {"name": "quick", "arguments": {"tag": "in-batch"}}]
     try:
         await wait_for_port(port, process)
         with anyio.fail_after(60):
             async with _compat.connect(url) as client:
                 response = (await client.call_tool(BATCH, {"calls": calls})).structured
-                single = (await client.call_tool("invoke_read_tool", {"name": "raise_base", "arguments": {"kind": "argparse"}})).structured
+                single = (
+                    await client.call_tool(
+                        "invoke_read_tool", {"name": "raise_base", "arguments": {"kind": "argparse"}}
+                    )
+                ).structured
             state = await _state_while_blocked(url)
             async with _compat.connect(url) as client:  # a new client, after all that
-                after = (await client.call_tool("invoke_read_tool", {"name": "quick", "arguments": {"tag": "after"}})).structured
+                after = (
+                    await client.call_tool("invoke_read_tool", {"name": "quick", "arguments": {"tag": "after"}})
+                ).structured
         expected = [BASE_EXCEPTIONS[kind] for kind in BASE_EXCEPTIONS for _ in range(2)] + [SELF_CANCELLED]
         assert [item.get("error") for item in response["results"][:-1]] == expected
         assert response["results"][-1]["status"] == "ok"
         assert single["error"] == "SystemExit: 2"
-        assert state == {"started": True, "finished": False}, "another client was answered only after the def tool returned"
+        assert state == {"started": True, "finished": False}, (
+            "another client was answered only after the def tool returned"
+        )
         assert after["tag"] == "after" and process.poll() is None
     finally:
         process.terminate()
@@ -282,6 +346,8 @@ async def _state_while_blocked(url: str) -> dict[str, bool]:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(blocked)
         async with _compat.connect(url) as client:
-            while not (state := (await client.call_tool("invoke_read_tool", {"name": "blocker_state"})).structured)["started"]:
+            while not (state := (await client.call_tool("invoke_read_tool", {"name": "blocker_state"})).structured)[
+                "started"
+            ]:
                 await anyio.sleep(0.02)
     return state

@@ -152,20 +152,27 @@ def filling(server: str) -> Any:
     return read
 
 
+LONGEST = ("i" * 100, "s" * engine.SERVER_NAME_RESERVE)
+
+
 @pytest.mark.parametrize("budget", [40_000, 100_000, 300_000, 1_000_000])
 @pytest.mark.parametrize("n", [1, 2, 7, 25])
-@pytest.mark.parametrize(("call_id", "server"), [(None, "monitoring"), ("i" * 100, "s" * engine.SERVER_NAME_RESERVE)], ids=["short", "longest"])
-async def test_n_results_each_filling_its_share_all_come_back_whole(n: int, budget: int, call_id: Any, server: str) -> None:
-    calls = [{"name": f"tool_{index}" + "n" * 150, **({"id": f"{index:02d}" + call_id[2:]} if call_id else {})} for index in range(n)]
+@pytest.mark.parametrize(("call_id", "server"), [(None, "monitoring"), LONGEST], ids=["short", "longest"])
+async def test_n_results_each_filling_its_share_all_come_back_whole(
+    n: int, budget: int, call_id: Any, server: str
+) -> None:
+    ids = [{"id": f"{index:02d}" + call_id[2:]} if call_id else {} for index in range(n)]
+    calls = [{"name": f"tool_{index}" + "n" * 150, **ids[index]} for index in range(n)]
     response = await run(calls, filling(server), response_max_bytes=budget)
     assert response["truncated"] is False and response["ok"] is True
     assert all(item["result"] is not None for item in response["results"]) and len(response["results"]) == n
-    unused = n * (engine.SERVER_NAME_RESERVE - len(server) + 1)  # the server-name room a shorter name leaves, and rounding
+    unused = n * (engine.SERVER_NAME_RESERVE - len(server) + 1)  # room a shorter server name leaves, and rounding
     assert budget - unused <= len(json.dumps(response, separators=(",", ":"))) <= budget
 
 
 async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None:
-    calls = [{"name": "ok_a"}, {"name": 5}, {"name": "fails", "id": "f"}, {"name": "ok_b", "arguments": []}, {"name": "ok_c"}]
+    calls = [{"name": "ok_a"}, {"name": 5}, {"name": "fails", "id": "f"}, {"name": "ok_b", "arguments": []}]
+    calls.append({"name": "ok_c"})
     reader = filling("srv")
 
     async def mixed(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
@@ -359,8 +366,10 @@ async def test_a_reader_raising_a_base_exception_fails_only_its_entry(raised: An
 
 
 def test_an_own_cancellation_is_described_truthfully() -> None:
-    assert engine.describe(asyncio.CancelledError()) == "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"
-    assert engine.describe(SystemExit(2)) == "SystemExit: 2" and engine.describe(KeyboardInterrupt()) == "KeyboardInterrupt"
+    own = "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"
+    assert engine.describe(asyncio.CancelledError()) == own
+    assert engine.describe(SystemExit(2)) == "SystemExit: 2"
+    assert engine.describe(KeyboardInterrupt()) == "KeyboardInterrupt"
 
 
 async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> None:

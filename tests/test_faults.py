@@ -127,6 +127,9 @@ async def test_an_exception_that_cannot_be_printed_is_still_an_error_item() -> N
     assert statuses(response) == ["error"] and response["results"][0]["error"].startswith("RuntimeError")
 
 
+NOT_CANCELLED = "no time limit passed and the client did not cancel"
+
+
 class Abort(BaseException):
     """A library's own BaseException subclass."""
 
@@ -136,7 +139,7 @@ def _cancelled_by_someone_else() -> BaseException:
 
 
 def base_raising_backend(raised: Callable[[], BaseException], asynchronous: bool) -> object:
-    """A dispatch that raises ``raised()`` for ``read_raises`` (at once or when awaited) and leaves the rest to the host."""
+    """A dispatch that raises ``raised()`` for ``read_raises`` (at once or when awaited); the host answers the rest."""
 
     def dispatch(tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any) -> Any:
         if tool.name != "read_raises":
@@ -160,7 +163,7 @@ def base_raising_backend(raised: Callable[[], BaseException], asynchronous: bool
         (lambda: SystemExit(2), "SystemExit: 2"),
         (KeyboardInterrupt, "KeyboardInterrupt"),
         (lambda: Abort("the backend aborted"), "Abort: the backend aborted"),
-        (_cancelled_by_someone_else, "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"),
+        (_cancelled_by_someone_else, f"CancelledError: raised by the call itself; {NOT_CANCELLED}"),
     ],
     ids=["SystemExit", "KeyboardInterrupt", "BaseException", "own-CancelledError"],
 )
@@ -172,7 +175,9 @@ async def test_a_base_exception_from_dispatch_fails_only_its_entry_and_the_sessi
     server = serve(host, base_raising_backend(raised, asynchronous))
     async with _compat.connect(server) as client:
         with anyio.fail_after(20):
-            first = await client.call_tool(TOOL, {"calls": [{"name": "read_ok"}, {"name": "read_raises", "id": "x"}, {"name": "read_ok"}, {"name": "read_empty"}]})
+            calls = [{"name": "read_ok"}, {"name": "read_raises", "id": "x"}, {"name": "read_ok"}]
+            calls.append({"name": "read_empty"})
+            first = await client.call_tool(TOOL, {"calls": calls})
             after = await client.call_tool(TOOL, {"calls": [{"name": "read_raises"}, {"name": "read_ok"}]})
     assert not first.is_error and statuses(first.structured) == ["ok", "error", "ok", "ok"]
     assert first.structured["results"][1]["error"] == error and first.structured["failed_ids"] == ["x"]
@@ -186,29 +191,36 @@ class FillingBackend(HostileHost):
     """Every read answers exactly its share of the budget, as compact JSON."""
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any
+    ) -> Any:
         self.dispatched.append(tool.name)
         return {"blob": "x" * (max_bytes - len('{"blob":""}'))}
 
 
 @pytest.mark.parametrize(("n", "budget"), [(1, 4_096), (3, 20_000), (25, 60_000), (25, 300_000)])
-async def test_full_shares_come_back_whole_and_each_copy_fits_the_budget(n: int, budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_full_shares_come_back_whole_and_each_copy_fits_the_budget(
+    n: int, budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", str(budget))
     names = ["read_ok", "read_empty", "read_big"]
     with anyio.fail_after(20):
-        answer = await call(serve(FillingBackend()), TOOL, {"calls": [{"name": names[i % 3], "id": f"entry-{i}"} for i in range(n)]})
+        calls = [{"name": names[i % 3], "id": f"entry-{i}"} for i in range(n)]
+        answer = await call(serve(FillingBackend()), TOOL, {"calls": calls})
     structured = answer.structured
     assert structured["truncated"] is False and statuses(structured) == ["ok"] * n
     assert all(len(item["result"]["blob"]) > 100 for item in structured["results"])
     # The budget bounds the structured content and its text copy each: on the wire, about twice the budget.
-    structured_bytes, text_bytes = len(json.dumps(structured, separators=(",", ":"), ensure_ascii=False).encode()), len(answer.text.encode())
+    structured_bytes = len(json.dumps(structured, separators=(",", ":"), ensure_ascii=False).encode())
+    text_bytes = len(answer.text.encode())
     assert structured_bytes == text_bytes and budget - n * 80 < text_bytes <= budget
 
 
 async def test_calls_sent_as_a_json_string_are_parsed_by_the_sdk_and_run() -> None:
     host = HostileHost()
     with anyio.fail_after(20):
-        answer = await call(serve(host), TOOL, {"calls": json.dumps([{"name": "read_ok", "id": "a"}, {"name": "write_delete", "id": "b"}])})
+        as_text = json.dumps([{"name": "read_ok", "id": "a"}, {"name": "write_delete", "id": "b"}])
+        answer = await call(serve(host), TOOL, {"calls": as_text})
     assert not answer.is_error and statuses(answer.structured) == ["ok", "blocked"]
     assert host.dispatched == ["read_ok"]
 
