@@ -6,7 +6,9 @@ backends are called and client results are read through these functions.
 
 from __future__ import annotations
 
+import functools
 import json
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from importlib.metadata import version
 from typing import Any, Callable, Optional
 
 import anyio
+import anyio.to_thread
 import pydantic
 
 SDK_VERSION = version("mcp")
@@ -119,9 +122,11 @@ def server_tools(server: Any) -> list[ToolInfo]:
 
 
 async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any]) -> "Answer":
-    """Call a tool of an in-process server through its tool manager, as the SDK would."""
+    """Call a tool of an in-process server through its tool manager, with the Context the server's
+    own ``call_tool`` would give it; a ``ToolError`` is an error answer."""
     try:
-        raw = await server.call_tool(name, dict(arguments))
+        manager = server._tool_manager  # noqa: SLF001 - no public way to reach a server's tools
+        raw = await call_manager_tool(manager, name, arguments, context=_server_context(server), convert_result=True)
     except ToolError as exc:
         return Answer(is_error=True, text=str(exc))
     if isinstance(raw, CallToolResult):
@@ -149,6 +154,58 @@ def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> Opt
     except Exception:  # the SDK's own check failed some other way: the caller falls back to the schema's names
         return None
     return None
+
+
+async def call_manager_tool(
+    manager: Any, name: str, arguments: Mapping[str, Any], *, context: Any, convert_result: bool = False
+) -> Any:
+    """What ``manager.call_tool(name, arguments, context=context)`` answers, except that a sync
+    (``def``) tool runs in a worker thread that a cancelled call abandons.
+
+    Both SDK lines would otherwise hold a cancelled call until the function returns (2.x waits for
+    its thread; 1.x runs it on the event loop, freezing every other request). An abandoned thread
+    runs on to its end, and its late result is discarded.
+    """
+    tool = manager.get_tool(name)
+    if tool is None:
+        raise ToolError(f"Unknown tool: {name}")
+    return await _abandonable(tool).run(dict(arguments), context=context, convert_result=convert_result)
+
+
+def _server_context(server: Any) -> Any:
+    """The Context ``server.call_tool`` makes for a call from inside the process."""
+    if SDK_MAJOR >= 2:
+        # As MCPServer.call_tool makes it; 2.x has no public accessor for the subscriptions.
+        return Context(mcp_server=server, subscriptions=server._subscriptions)  # noqa: SLF001
+    return server.get_context()
+
+
+# Each sync tool's stand-in, made once per tool object and dropped with it.
+_THREADED: dict[int, tuple["weakref.ref[Any]", Any]] = {}
+
+
+def _abandonable(tool: Any) -> Any:
+    """``tool`` itself when async; for a sync tool, a copy whose function runs in an abandonable thread.
+
+    The copy keeps everything else of the SDK's own run: argument validation, the Context
+    parameter, result conversion and the wrapping of failures in ``ToolError``.
+    """
+    if tool.is_async:
+        return tool
+    key = id(tool)
+    cached = _THREADED.get(key)
+    if cached is not None and cached[0]() is tool:
+        return cached[1]
+    threaded = tool.model_copy(update={"fn": _in_worker_thread(tool.fn), "is_async": True})
+    _THREADED[key] = (weakref.ref(tool, lambda _gone: _THREADED.pop(key, None)), threaded)
+    return threaded
+
+
+def _in_worker_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def run_in_worker_thread(**kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), abandon_on_cancel=True)
+
+    return run_in_worker_thread
 
 
 def structured_result(structured: dict[str, Any], text: str) -> Any:

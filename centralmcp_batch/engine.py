@@ -6,7 +6,9 @@ caller (the plugin passes the host pipeline), so everything here runs on plain d
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager as AsyncContextManager, nullcontext
@@ -31,6 +33,10 @@ from .settings import BatchSettings
 log = logging.getLogger(__name__)
 
 ERROR_CHARS = 500
+MIN_SHARE = 1024
+# Room kept in each entry's share for its server's name, which is not known until the entry is
+# resolved: longer names can cost the last results their place in a response filled to the brim.
+SERVER_NAME_RESERVE = 64
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,45 @@ class QuietObserver:
 
     async def progress(self, done: int, total: int, message: str) -> None:
         return None
+
+
+# -- what a failing call may raise ----------------------------------------------------
+
+
+def must_propagate(exc: BaseException) -> bool:
+    """True when ``exc`` must go on up: this task is being cancelled, or its coroutine closed.
+
+    A time limit or the client cancelling is a cancellation of the task and must stop it. A
+    backend can also raise the cancellation exception itself (say after awaiting a future that
+    something else cancelled) while nobody cancelled this task: that is its call failing, as is
+    any other ``BaseException`` (``SystemExit`` from a backend that parses input with argparse).
+    """
+    if isinstance(exc, GeneratorExit):
+        return True
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    if anyio.current_effective_deadline() == -math.inf:  # an enclosing cancel scope was cancelled
+        return True
+    return _cancel_requested()
+
+
+def _cancel_requested() -> bool:
+    """Whether the current asyncio task has a cancel request pending (a plain ``task.cancel()``)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio: trio's Cancelled cannot be raised by hand, so it is real
+        return True
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: treat it as real
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as an item's error: ``"ExcType: message"`` (just ``ExcType`` with no message)."""
+    name = type(exc).__name__
+    if isinstance(exc, asyncio.CancelledError):  # described only once must_propagate said it was not real
+        return f"{name}: raised by the call itself; no time limit passed and the client did not cancel"
+    text = str(exc)
+    return f"{name}: {text}" if text else name
 
 
 # -- whole-batch and per-entry checks -------------------------------------------------
@@ -220,6 +265,26 @@ def cut(text: str, limit: int = ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit]
 
 
+def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
+    """The ``max_bytes`` each valid entry dispatches with.
+
+    What the response needs besides the results is reserved first: the envelope (counts and
+    failed lists as if every valid entry succeeds), every item's own keys, the invalid entries'
+    items whole, the separators. The rest is split evenly over the valid entries, so that many
+    results each filling its share still fit; never less than ``MIN_SHARE``.
+    """
+    server = "s" * SERVER_NAME_RESERVE
+    items = [
+        make_item(entry.index, entry.id, entry.name, server, Outcome("ok", result=None))
+        if isinstance(entry, ValidCall)
+        else make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error))
+        for entry in entries
+    ]
+    valid = sum(isinstance(entry, ValidCall) for entry in entries)
+    reserved = budget.size(assemble(items)) - len(b"null") * valid
+    return max(MIN_SHARE, (response_max_bytes - reserved) // max(1, valid))
+
+
 def _encoded_item(item: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The item and its encoded size; an ok result JSON cannot encode becomes an error item."""
     try:
@@ -256,7 +321,7 @@ class _Run:
         self.sizes = [0] * n
         caps: dict[Any, anyio.Semaphore] = {}
         self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
-        self.max_bytes = max(1024, settings.response_max_bytes // n)
+        self.max_bytes = entry_share(entries, settings.response_max_bytes)
         self.progress_lock = anyio.Lock()
         self.done = 0
 
@@ -290,9 +355,11 @@ class _Run:
             return Outcome("blocked", error=f"{call.name} cannot be called from inside a batch: name a backend tool")
         try:
             return await self.reader(call, self.max_bytes, self.guards[call.index])
-        except Exception as exc:  # the reader should not raise; if it does, only its entry fails
-            log.exception("batch reader raised for entry %d", call.index)
-            return Outcome("error", error=f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # the reader should not raise; if it does, only its entry fails
+            if must_propagate(exc):
+                raise
+            log.error("batch reader raised for entry %d", call.index, exc_info=exc)
+            return Outcome("error", error=describe(exc))
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         self.items[index], self.sizes[index] = _encoded_item(item)

@@ -6,13 +6,16 @@ read and a batch entry meet exactly the same gate, limiter and bounding.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from .engine import Guards, ValidCall
+from .engine import Guards, ValidCall, describe, must_propagate
 from .errors import InvalidCursor
 from .host import HostHooks
 from .models import CallContext, Outcome, ToolRef
+
+log = logging.getLogger(__name__)
 
 KEPT_STATUSES = ("blocked", "unknown_tool", "invalid_cursor")
 
@@ -31,7 +34,12 @@ async def read_one(
     context: CallContext,
     guards: Guards,
 ) -> Outcome:
-    """The outcome of one read; never raises except for cancellation."""
+    """The outcome of one read; never raises except when this task is cancelled.
+
+    Whatever else the hooks or the backend raise is contained here, in the task that called
+    them: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of the event loop from
+    the task they escape, so catching them any further out would be too late.
+    """
     tool: Optional[ToolRef] = None
     try:
         tool = await hooks.find_tool(name)
@@ -48,7 +56,12 @@ async def read_one(
             return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
         return await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
     except Exception as exc:
-        return Outcome("error", tool, error=f"{type(exc).__name__}: {exc}")
+        return Outcome("error", tool, error=describe(exc))
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
+        if must_propagate(exc):
+            raise
+        log.error("reading %r raised %s; only that call fails", name, type(exc).__name__, exc_info=exc)
+        return Outcome("error", tool, error=describe(exc))
 
 
 async def _call_backend(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from centralmcp_batch import HostContractError, _compat, batch_tool
+from centralmcp_batch import HostContractError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.testing import HostConformance, call
 from standins import monitoring_backend
@@ -194,7 +194,8 @@ async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budg
     response = await batch(adopted, calls)
     page = response["results"][0]["result"]
     bounds = page["_response_bounds"]
-    assert bounds["reason"] == "byte_budget" and bounds["byte_limit"] == 4096 and bounds["resumable"] is True
+    share = engine.entry_share([engine.parse_entry(index, entry) for index, entry in enumerate(calls)], 8192)
+    assert bounds["reason"] == "byte_budget" and bounds["byte_limit"] == share and bounds["resumable"] is True
     assert len(json.dumps({k: v for k, v in page.items() if k != "_response_bounds"})) <= 4096 + 400
     assert 0 < len(page["devices"]) < 150 and response["results"][1]["result"] == {"serial": "a", "status": "up"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -129,11 +130,59 @@ async def test_item_keys_counts_and_failed_lists() -> None:
     assert response["results"][3]["id"] == "3" and response["truncated"] is False
 
 
-async def test_per_entry_budget_is_split_evenly_with_a_floor() -> None:
+async def test_the_share_reserves_the_envelope_and_the_items_with_a_floor() -> None:
     response = await run([{"name": "a"}] * 5, response_max_bytes=300_000)
-    assert {item["result"]["max_bytes"] for item in response["results"]} == {60_000}
+    shares = {item["result"]["max_bytes"] for item in response["results"]}
+    assert len(shares) == 1 and 300_000 // 5 - 200 < shares.pop() < 300_000 // 5
     response = await run([{"name": "a"}] * 25, response_max_bytes=2_000)
-    assert {item["result"]["max_bytes"] for item in response["results"] if item.get("result")} <= {1024}
+    assert {item["result"]["max_bytes"] for item in response["results"] if item.get("result")} <= {engine.MIN_SHARE}
+    # invalid entries take no share: their items are reserved whole, the rest goes to the valid ones
+    mixed = await run([{"name": "a"}, {"name": 7}, {"name": "b"}], response_max_bytes=30_000)
+    assert mixed["results"][0]["result"]["max_bytes"] > 30_000 // 3
+
+
+def filling(server: str) -> Any:
+    """A reader whose every result is exactly its share, as compact JSON."""
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        result = {"blob": "x" * (max_bytes - len('{"blob":""}'))}
+        assert len(json.dumps(result, separators=(",", ":"))) == max_bytes
+        return Outcome("ok", ToolRef(call.name, server, {"readOnlyHint": True}), result=result)
+
+    return read
+
+
+LONGEST = ("i" * 100, "s" * engine.SERVER_NAME_RESERVE)
+
+
+@pytest.mark.parametrize("budget", [40_000, 100_000, 300_000, 1_000_000])
+@pytest.mark.parametrize("n", [1, 2, 7, 25])
+@pytest.mark.parametrize(("call_id", "server"), [(None, "monitoring"), LONGEST], ids=["short", "longest"])
+async def test_n_results_each_filling_its_share_all_come_back_whole(
+    n: int, budget: int, call_id: Any, server: str
+) -> None:
+    ids = [{"id": f"{index:02d}" + call_id[2:]} if call_id else {} for index in range(n)]
+    calls = [{"name": f"tool_{index}" + "n" * 150, **ids[index]} for index in range(n)]
+    response = await run(calls, filling(server), response_max_bytes=budget)
+    assert response["truncated"] is False and response["ok"] is True
+    assert all(item["result"] is not None for item in response["results"]) and len(response["results"]) == n
+    unused = n * (engine.SERVER_NAME_RESERVE - len(server) + 1)  # room a shorter server name leaves, and rounding
+    assert budget - unused <= len(json.dumps(response, separators=(",", ":"))) <= budget
+
+
+async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None:
+    calls = [{"name": "ok_a"}, {"name": 5}, {"name": "fails", "id": "f"}, {"name": "ok_b", "arguments": []}]
+    calls.append({"name": "ok_c"})
+    reader = filling("srv")
+
+    async def mixed(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        if call.name == "fails":
+            return Outcome("error", TOOL, error="e" * 400)
+        return await reader(call, max_bytes, guards)
+
+    response = await run(calls, mixed, response_max_bytes=20_000)
+    assert response["truncated"] is False
+    assert [item["status"] for item in response["results"]] == ["ok", "invalid_call", "error", "invalid_call", "ok"]
 
 
 async def test_the_batch_never_calls_itself() -> None:
@@ -276,3 +325,86 @@ async def test_observer_sees_every_item_and_increasing_progress() -> None:
     assert {total for _, total, _ in recorder.progress_values} == {8}
     assert all("(" in message for _, _, message in recorder.progress_values)
     assert recorder.batches == 1
+
+
+# -- backends that raise BaseException or cancel themselves ------------------------------
+
+
+class Abort(BaseException):
+    pass
+
+
+async def self_cancelling() -> None:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        (lambda: SystemExit(2), "SystemExit: 2"),
+        (lambda: KeyboardInterrupt(), "KeyboardInterrupt"),
+        (lambda: Abort("stop"), "Abort: stop"),
+        (None, engine.describe(asyncio.CancelledError())),
+    ],
+    ids=["SystemExit", "KeyboardInterrupt", "custom", "own-CancelledError"],
+)
+async def test_a_reader_raising_a_base_exception_fails_only_its_entry(raised: Any, error: str) -> None:
+    async def fragile(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        if call.name == "x":
+            if raised is None:
+                await self_cancelling()
+            raise raised()
+        return Outcome("ok", TOOL, result=call.index)
+
+    with anyio.fail_after(10):  # one worker: the entries after the failing one must still run on it
+        response = await run([{"name": "y"}, {"name": "x"}, {"name": "y"}, {"name": "y"}], fragile, concurrency=1)
+    assert [item["status"] for item in response["results"]] == ["ok", "error", "ok", "ok"]
+    assert response["results"][1]["error"] == error
+    assert "time limit of" not in json.dumps(response)
+
+
+def test_an_own_cancellation_is_described_truthfully() -> None:
+    own = "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"
+    assert engine.describe(asyncio.CancelledError()) == own
+    assert engine.describe(SystemExit(2)) == "SystemExit: 2"
+    assert engine.describe(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> None:
+    seen: dict[str, bool] = {}
+    try:
+        await self_cancelling()
+    except asyncio.CancelledError as exc:
+        seen["raised"] = engine.must_propagate(exc)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.sleep(1)
+        except asyncio.CancelledError as exc:
+            seen["scope"] = engine.must_propagate(exc)
+            raise
+    seen["closed"] = engine.must_propagate(GeneratorExit())
+    seen["exit"] = engine.must_propagate(SystemExit(1))
+    assert seen == {"raised": False, "scope": True, "closed": True, "exit": False}
+
+
+async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> None:
+    started, cancelled = asyncio.Event(), []
+
+    async def hangs(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        started.set()
+        try:
+            await anyio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(call.index)
+            raise
+        return Outcome("ok", TOOL, result=1)
+
+    task = asyncio.ensure_future(run([{"name": "a"}, {"name": "b"}], hangs, concurrency=2))
+    await started.wait()
+    task.cancel()  # asyncio's own cancel, no anyio scope: a real cancellation all the same
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(cancelled) == [0, 1]

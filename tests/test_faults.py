@@ -8,8 +8,11 @@ router's backends and is covered with the router's tests.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
-from typing import Any, Optional
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
 
 import anyio
 import pytest
@@ -122,6 +125,104 @@ class UnprintableBackend(HostileHost):
 async def test_an_exception_that_cannot_be_printed_is_still_an_error_item() -> None:
     response = await batch(serve(UnprintableBackend()), [{"name": "read_ok"}])
     assert statuses(response) == ["error"] and response["results"][0]["error"].startswith("RuntimeError")
+
+
+NOT_CANCELLED = "no time limit passed and the client did not cancel"
+
+
+class Abort(BaseException):
+    """A library's own BaseException subclass."""
+
+
+def _cancelled_by_someone_else() -> BaseException:
+    return asyncio.CancelledError()  # raised by hand, as after awaiting a future another task cancelled
+
+
+def base_raising_backend(raised: Callable[[], BaseException], asynchronous: bool) -> object:
+    """A dispatch that raises ``raised()`` for ``read_raises`` (at once or when awaited); the host answers the rest."""
+
+    def dispatch(tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any) -> Any:
+        if tool.name != "read_raises":
+            return None  # firstresult: the host's own dispatch answers
+        if not asynchronous:
+            raise raised()
+
+        async def later() -> None:
+            await anyio.sleep(0)
+            raise raised()
+
+        return later()
+
+    return SimpleNamespace(centralmcp_dispatch_read=hookimpl(tryfirst=True)(dispatch))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["def", "async"])
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        (lambda: SystemExit(2), "SystemExit: 2"),
+        (KeyboardInterrupt, "KeyboardInterrupt"),
+        (lambda: Abort("the backend aborted"), "Abort: the backend aborted"),
+        (_cancelled_by_someone_else, f"CancelledError: raised by the call itself; {NOT_CANCELLED}"),
+    ],
+    ids=["SystemExit", "KeyboardInterrupt", "BaseException", "own-CancelledError"],
+)
+async def test_a_base_exception_from_dispatch_fails_only_its_entry_and_the_session_serves_on(
+    raised: Callable[[], BaseException], error: str, asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "1")  # the entries after it run on the same worker
+    host = HostileHost()
+    server = serve(host, base_raising_backend(raised, asynchronous))
+    async with _compat.connect(server) as client:
+        with anyio.fail_after(20):
+            calls = [{"name": "read_ok"}, {"name": "read_raises", "id": "x"}, {"name": "read_ok"}]
+            calls.append({"name": "read_empty"})
+            first = await client.call_tool(TOOL, {"calls": calls})
+            after = await client.call_tool(TOOL, {"calls": [{"name": "read_raises"}, {"name": "read_ok"}]})
+    assert not first.is_error and statuses(first.structured) == ["ok", "error", "ok", "ok"]
+    assert first.structured["results"][1]["error"] == error and first.structured["failed_ids"] == ["x"]
+    assert statuses(after.structured) == ["error", "ok"]
+
+
+# -- the budget on the wire (issue 11, items 10 and 11) ----------------------------------
+
+
+class FillingBackend(HostileHost):
+    """Every read answers exactly its share of the budget, as compact JSON."""
+
+    @hookimpl
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any
+    ) -> Any:
+        self.dispatched.append(tool.name)
+        return {"blob": "x" * (max_bytes - len('{"blob":""}'))}
+
+
+@pytest.mark.parametrize(("n", "budget"), [(1, 4_096), (3, 20_000), (25, 60_000), (25, 300_000)])
+async def test_full_shares_come_back_whole_and_each_copy_fits_the_budget(
+    n: int, budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", str(budget))
+    names = ["read_ok", "read_empty", "read_big"]
+    with anyio.fail_after(20):
+        calls = [{"name": names[i % 3], "id": f"entry-{i}"} for i in range(n)]
+        answer = await call(serve(FillingBackend()), TOOL, {"calls": calls})
+    structured = answer.structured
+    assert structured["truncated"] is False and statuses(structured) == ["ok"] * n
+    assert all(len(item["result"]["blob"]) > 100 for item in structured["results"])
+    # The budget bounds the structured content and its text copy each: on the wire, about twice the budget.
+    structured_bytes = len(json.dumps(structured, separators=(",", ":"), ensure_ascii=False).encode())
+    text_bytes = len(answer.text.encode())
+    assert structured_bytes == text_bytes and budget - n * 80 < text_bytes <= budget
+
+
+async def test_calls_sent_as_a_json_string_are_parsed_by_the_sdk_and_run() -> None:
+    host = HostileHost()
+    with anyio.fail_after(20):
+        as_text = json.dumps([{"name": "read_ok", "id": "a"}, {"name": "write_delete", "id": "b"}])
+        answer = await call(serve(host), TOOL, {"calls": as_text})
+    assert not answer.is_error and statuses(answer.structured) == ["ok", "blocked"]
+    assert host.dispatched == ["read_ok"]
 
 
 # -- the client -----------------------------------------------------------------------

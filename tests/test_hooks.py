@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import pytest
 
-from centralmcp_batch import InvalidCursor, ToolRef, batch_tool, hosting
+from centralmcp_batch import InvalidCursor, ToolRef, batch_tool, engine, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 
@@ -98,7 +98,8 @@ async def test_every_status_through_sync_and_async_hosts(host_class: type) -> No
     # one token per backend call, drawn only after every local rejection
     assert sorted(host.tokens) == ["get_a", "get_d"]
     assert sorted(name for name, _, _ in host.dispatched) == ["get_a", "get_d"]
-    assert {max_bytes for _, _, max_bytes in host.dispatched} == {300_000 // len(CALLS)}
+    share = engine.entry_share([engine.parse_entry(index, entry) for index, entry in enumerate(CALLS)], 300_000)
+    assert {max_bytes for _, _, max_bytes in host.dispatched} == {share}
 
 
 async def test_a_gate_that_raises_blocks() -> None:

@@ -73,7 +73,7 @@ class CentralMCPHooks:
             return {"error": f"Unknown tool '{tool.name}'. Use find_tool to discover.", "tool": tool.name, "status": "unknown_tool"}
         args = self.router._strip_null_arguments(dict(arguments))
         try:  # the router's Context goes through, as invoke_read_tool forwards it
-            result = await backend._tool_manager.call_tool(tool.name, args, context=context.request)
+            result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
             result = {"error": f"{type(e).__name__}: {e}"}
         bounds = {"max_bytes": max_bytes} if self._bounds_per_call else {}
