@@ -42,6 +42,9 @@ class _ToolObserver:
     def __init__(self, hooks: HostHooks, ctx: Optional[Any]) -> None:
         self.hooks, self.ctx = hooks, ctx
 
+    async def batch_started(self, total: int) -> None:
+        await self.hooks.batch_started(total)
+
     async def item_completed(self, item: dict[str, Any], seconds: float) -> None:
         await self.hooks.batch_item_completed(item, seconds)
 

@@ -97,6 +97,8 @@ class Reader(Protocol):
 class Observer(Protocol):
     """Told as entries and the batch finish; every method must swallow its own failures."""
 
+    async def batch_started(self, total: int) -> None: ...
+
     async def item_completed(self, item: dict[str, Any], seconds: float) -> None: ...
 
     async def batch_completed(self, response: dict[str, Any], seconds: float) -> None: ...
@@ -105,6 +107,9 @@ class Observer(Protocol):
 
 
 class QuietObserver:
+    async def batch_started(self, total: int) -> None:
+        return None
+
     async def item_completed(self, item: dict[str, Any], seconds: float) -> None:
         return None
 
@@ -404,6 +409,8 @@ async def run_batch(
         rejection = f"duplicate call id '{repeated}': ids must be unique within a batch so results can be correlated"
     if rejection:
         return {"ok": False, "error": rejection}
+    # Told in the batch's own task, so what an observer starts here (a span) is current in every entry's task.
+    await observer.batch_started(len(entries))
     run = _Run(entries, reader, settings, observer, self_names)
     await run.run_all()
     items = [item for item in run.items if item is not None]

@@ -7,6 +7,7 @@ read and a batch entry meet exactly the same gate, limiter and bounding.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -74,7 +75,9 @@ async def _call_backend(
     guards: Guards,
 ) -> Outcome:
     async with guards.server_slot(tool):
+        waiting = time.perf_counter()
         await hooks.acquire_rate_token(tool)
+        await hooks.rate_token_waited(tool, time.perf_counter() - waiting)
         with guards.dispatching() as deadline:
             result = await hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
     if deadline.cancelled_caught:
