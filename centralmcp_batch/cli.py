@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional
 
 from . import __version__, _compat
 from .commands import CommandFailed
@@ -76,34 +75,55 @@ def build_parser() -> argparse.ArgumentParser:
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--config", metavar="PATH", help=f"the router's TOML config (default: ./{DEFAULT_CONFIG})")
     source.add_argument("--demo", action="store_true", help="serve the embedded demo catalog instead of a config")
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP at /mcp")
+    serve.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP at /mcp"
+    )
     serve.add_argument("--host", help="HTTP only: the address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="HTTP only: the port to bind (default 8000)")
     also = "repeatable; also {}, comma-separated"
     serve.add_argument(
-        "--allow-host", action="append", type=_allowed_host, default=[], metavar="HOST",
+        "--allow-host",
+        action="append",
+        type=_allowed_host,
+        default=[],
+        metavar="HOST",
         help=f"HTTP only: accept this Host header besides localhost ({also.format(ALLOWED_HOSTS_ENV)})",
     )
     serve.add_argument(
-        "--allow-origin", action="append", type=_allowed_origin, default=[], metavar="ORIGIN",
+        "--allow-origin",
+        action="append",
+        type=_allowed_origin,
+        default=[],
+        metavar="ORIGIN",
         help=f"HTTP only: accept this Origin header besides localhost ({also.format(ALLOWED_ORIGINS_ENV)})",
     )
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="stderr log level (default info)")
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="stderr log level (default info)",
+    )
     serve.set_defaults(parser=serve)
 
     commands.add_parser("demo", help="start the demo router as a subprocess and run a batch against it over stdio")
 
-    plugins = commands.add_parser("plugins", help="list the installed centralmcp plugins and whether this host satisfies them")
-    plugins.add_argument("--config", metavar="PATH", help="check against the router of this TOML config (default: the demo router)")
+    plugins = commands.add_parser(
+        "plugins", help="list the installed centralmcp plugins and whether this host satisfies them"
+    )
+    plugins.add_argument(
+        "--config", metavar="PATH", help="check against the router of this TOML config (default: the demo router)"
+    )
     plugins.add_argument("--json", action="store_true", help="print machine-readable JSON")
     plugins.set_defaults(parser=plugins)
 
-    bench = commands.add_parser("bench", help="measure the batch against one call at a time and the ideal (see --help)", add_help=False)
+    bench = commands.add_parser(
+        "bench", help="measure the batch against one call at a time and the ideal (see --help)", add_help=False
+    )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of python -m centralmcp_batch.bench")
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["bench"]:  # the benchmark parses its own options, which argparse would claim
         from . import bench
@@ -131,7 +151,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return plugins.run(None if args.config is None else _config_path(args.parser, args.config), args.json)
 
 
-def _config_path(parser: argparse.ArgumentParser, given: Optional[str]) -> Path:
+def _config_path(parser: argparse.ArgumentParser, given: str | None) -> Path:
     path = Path(given or DEFAULT_CONFIG)
     if not path.is_file():
         hint = "" if given else " (give --config PATH, or --demo for the embedded demo catalog)"

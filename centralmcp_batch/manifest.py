@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .errors import ManifestError
 
@@ -122,7 +122,7 @@ def _names(table: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def for_entry_point(value: str) -> Optional[Manifest]:
+def for_entry_point(value: str) -> Manifest | None:
     """The manifest of the plugin whose entry point is ``value`` (``module`` or ``module:attribute``).
 
     The ``plugin.toml`` shipped with the entry point's top-level package is read, and the plugin in it

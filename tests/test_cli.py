@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 import pytest
@@ -23,13 +23,14 @@ from centralmcp_batch.router import demo
 # Until the reference router package exists, the commands that build a router cannot run. Keyed on
 # the file, not on an import, so a router that exists but fails to import fails these tests.
 needs_router = pytest.mark.skipif(
-    not (Path(demo.__file__).parent / "__init__.py").is_file(), reason="the reference router (centralmcp_batch.router) is not written yet"
+    not (Path(demo.__file__).parent / "__init__.py").is_file(),
+    reason="the reference router (centralmcp_batch.router) is not written yet",
 )
 FAST_DEMO = {**os.environ, demo.LATENCY_ENV: "20"}
 VISIBLE_DEMO = {**os.environ, demo.LATENCY_ENV: "100"}
 
 
-def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "centralmcp_batch", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=FAST_DEMO if env is None else env)
 
@@ -43,7 +44,10 @@ def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Comp
         ([], "the following arguments are required: COMMAND"),
         (["serve", "--port", "70000"], "invalid port 70000"),
         (["serve", "--port", "http"], "invalid port 'http'"),
-        (["serve", "--demo", "--port", "8123"], "--host, --port, --allow-host and --allow-origin apply to --transport http"),
+        (
+            ["serve", "--demo", "--port", "8123"],
+            "--host, --port, --allow-host and --allow-origin apply to --transport http",
+        ),
         (["serve", "--demo", "--allow-host", "mcp.example.com"], "--allow-origin apply to --transport http only"),
         (["serve", "--demo", "--transport", "http", "--allow-host", "http://x"], "invalid host 'http://x'"),
         (["serve", "--demo", "--transport", "http", "--allow-origin", "app.example"], "invalid origin 'app.example'"),
@@ -54,7 +58,9 @@ def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Comp
         (["launch"], "invalid choice: 'launch'"),
     ],
 )
-def test_argument_errors_exit_2_with_a_clear_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_argument_errors_exit_2_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
     assert exited.value.code == 2
@@ -62,7 +68,9 @@ def test_argument_errors_exit_2_with_a_clear_message(capsys: pytest.CaptureFixtu
     assert message in err and "usage: centralmcp-batch" in err
 
 
-def test_serve_without_config_names_the_default_and_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_without_config_names_the_default_and_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
         cli.main(["serve"])
@@ -140,7 +148,9 @@ def test_demo_runs_end_to_end_and_exits_0() -> None:
     assert float(ratio.split()[-1].rstrip("x")) > 1.5
 
 
-def test_demo_fails_clearly_when_the_router_cannot_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_fails_clearly_when_the_router_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = _compat.StdioServerParameters(command=sys.executable, args=["-c", "import sys; sys.exit(3)"])
     monkeypatch.setattr(demo_client, "router_command", lambda: broken)
     assert cli.main(["demo"]) == 1
@@ -152,7 +162,9 @@ def test_demo_fails_clearly_when_the_router_cannot_start(monkeypatch: pytest.Mon
 
 def serve_demo_stdio() -> _compat.StdioServerParameters:
     return _compat.StdioServerParameters(
-        command=sys.executable, args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"], env=FAST_DEMO
+        command=sys.executable,
+        args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"],
+        env=FAST_DEMO,
     )
 
 
@@ -163,7 +175,10 @@ async def test_serve_demo_over_stdio_with_a_real_client() -> None:
         names = {tool.name for tool in await client.list_tools()}
         assert {"find_tool", "invoke_read_tool", "invoke_read_tool_batch"} <= names
         assert not names & {"list_sites", "reboot_device"}  # backends stay behind the router
-        calls = [{"id": "sites", "name": "list_sites"}, {"id": "wipe", "name": "delete_site", "arguments": {"site_id": "site-sjc"}}]
+        calls = [
+            {"id": "sites", "name": "list_sites"},
+            {"id": "wipe", "name": "delete_site", "arguments": {"site_id": "site-sjc"}},
+        ]
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
         assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
         assert response["results"][0]["server"] == "inventory"
@@ -182,7 +197,19 @@ def free_port() -> int:
 @pytest.mark.anyio
 async def test_serve_demo_over_http() -> None:
     port = free_port()
-    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--demo", "--transport", "http", "--port", str(port), "--log-level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "centralmcp_batch",
+        "serve",
+        "--demo",
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(command, env=FAST_DEMO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         await wait_for_port(port, process)
@@ -209,7 +236,10 @@ async def wait_for_port(port: int, process: subprocess.Popen[Any], seconds: floa
 
 def test_demo_checks_name_every_surprise() -> None:
     calls = script.demo_calls()
-    results = [{"id": call.id, "status": call.expected, "result": {"clients": []} if call.id == "clients" else {}} for call in calls]
+    results = [
+        {"id": call.id, "status": call.expected, "result": {"clients": []} if call.id == "clients" else {}}
+        for call in calls
+    ]
     results[0]["status"] = "blocked"  # a read the gate should have let through
     problems = script.batch_problems({"results": results}, calls)
     assert problems == [
@@ -221,7 +251,10 @@ def test_demo_checks_name_every_surprise() -> None:
 def test_result_summaries_are_short_and_say_what_came_back() -> None:
     clipped = {"status": "ok", "result": {"clients": [{}] * 200, "total": 432, "next_cursor": "abc"}}
     assert render.summary(clipped) == "200 of 432 clients + next_cursor"
-    assert render.summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}}) == 'serial="CN00A000" cpu_percent=35'
+    assert (
+        render.summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}})
+        == 'serial="CN00A000" cpu_percent=35'
+    )
     assert render.summary({"status": "error", "error": "x" * 100}, width=20) == "x" * 17 + "..."
 
 

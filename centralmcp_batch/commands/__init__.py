@@ -7,14 +7,14 @@ A command returns its exit status, or raises ``CommandFailed`` with a message fo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 class CommandFailed(Exception):
     """A subcommand could not do its job; ``cli`` prints the message and exits 1."""
 
 
-def load_router(config: Optional[Path]) -> Any:
+def load_router(config: Path | None) -> Any:
     """The reference router over ``config``, or the demo router when there is none."""
     if config is None:
         from ..router.demo import demo_router

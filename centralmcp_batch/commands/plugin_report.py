@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Optional
+from typing import Any
 
 from ..hookspecs import PROJECT
 from ..hosting import PluginReport
 
 
-def distribution_version(name: Optional[str]) -> Optional[str]:
+def distribution_version(name: str | None) -> str | None:
     try:
         return None if name is None else version(name)
     except PackageNotFoundError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .. import hosting
 from ..hookspecs import PROJECT
@@ -12,7 +12,7 @@ from . import CommandFailed, load_router
 from .plugin_report import report_json, reports_text
 
 
-def run(config: Optional[Path], as_json: bool) -> int:
+def run(config: Path | None, as_json: bool) -> int:
     """Print the reports; 0 when the router satisfies every plugin, 1 when it does not."""
     try:
         reports = plugin_reports(load_router(config))

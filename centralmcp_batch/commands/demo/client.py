@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 
@@ -90,7 +91,9 @@ async def _show_find_tool(client: _compat.ClientHandle, say: Say) -> None:
     say("")
     say(f"find_tool(query={query!r}, top_k=3):")
     hits = _find_hits(answer.payload)
-    rows = [[hit.get("name"), hit.get("server"), hit.get("capability"), hit.get("recommended_dispatcher")] for hit in hits]
+    rows = [
+        [hit.get("name"), hit.get("server"), hit.get("capability"), hit.get("recommended_dispatcher")] for hit in hits
+    ]
     say(table(["tool", "server", "capability", "dispatcher"], rows))
 
 
@@ -119,7 +122,8 @@ async def _run_batch(client: _compat.ClientHandle, calls: list[DemoCall], say: S
     ]
     say(table(["#", "id", "tool", "server", "status", "result"], rows))
     counts = response.get("counts", {})
-    say(f"ok={response.get('ok')}  succeeded={counts.get('succeeded')}/{counts.get('total')}  failed_ids={response.get('failed_ids')}")
+    succeeded = f"{counts.get('succeeded')}/{counts.get('total')}"
+    say(f"ok={response.get('ok')}  succeeded={succeeded}  failed_ids={response.get('failed_ids')}")
     return response, seconds
 
 
@@ -136,7 +140,9 @@ async def _run_sequential(
         seconds = time.perf_counter() - started
         total += seconds
         same = same_data(answer.payload, batch_results.get(call.id))
-        status = "error" if answer.is_error or (isinstance(answer.payload, dict) and "error" in answer.payload) else "ok"
+        status = (
+            "error" if answer.is_error or (isinstance(answer.payload, dict) and "error" in answer.payload) else "ok"
+        )
         if status != "ok":
             mismatches.append(f"invoke_read_tool {call.name} failed: {answer.text[:200]}")
         rows.append([call.id, call.name, status, f"{seconds:.3f}", "yes" if same else "no"])

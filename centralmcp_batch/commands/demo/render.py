@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Optional, TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -18,7 +18,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [max([len(header)] + [len(row[column]) for row in cells]) for column, header in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
-        return "  " + "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
+        return "  " + "  ".join(value.ljust(width) for value, width in zip(values, widths, strict=False)).rstrip()
 
     rule = "  " + "  ".join("-" * width for width in widths)
     return "\n".join([line(headers), rule] + [line(row) for row in cells])
@@ -50,12 +50,12 @@ class ProgressLine:
     Anywhere else (a pipe, a CI log) each notification is a line of its own, with no control codes.
     """
 
-    def __init__(self, say: Callable[[str], None], stream: Optional[TextIO] = None) -> None:
+    def __init__(self, say: Callable[[str], None], stream: TextIO | None = None) -> None:
         self.say, self.shown = say, False
         self.stream = sys.stdout if stream is None else stream
         self.redraw = self.stream.isatty()
 
-    async def __call__(self, progress: float, total: Optional[float], message: Optional[str]) -> None:
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         text = f"  progress {progress:g}/{total:g}" if total else f"  progress {progress:g}"
         text += f"  {message}" if message else ""
         if self.redraw:

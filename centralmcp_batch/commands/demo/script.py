@@ -47,7 +47,7 @@ def batch_problems(response: Mapping[str, Any], calls: list[DemoCall]) -> list[s
         for call in calls
         if statuses.get(call.id) != call.expected
     ]
-    clients = next((item for item in response.get("results", []) if item.get("id") == "clients"), {})
+    clients: Mapping[str, Any] = next((item for item in response.get("results", []) if item.get("id") == "clients"), {})
     if clients.get("status") == "ok" and "next_cursor" not in json.dumps(clients.get("result")):
         problems.append("list_clients came back whole: the router did not clip it to a page with a next_cursor")
     return problems
@@ -55,7 +55,7 @@ def batch_problems(response: Mapping[str, Any], calls: list[DemoCall]) -> list[s
 
 def same_data(single: Any, batched: Any) -> bool:
     """Whether a single call and the batch answered the same, ignoring what depends on the byte budget."""
-    return _data(single) == _data(batched)
+    return bool(_data(single) == _data(batched))
 
 
 def _data(result: Any) -> Any:
