@@ -66,7 +66,7 @@ def plugin_reports(pm: pluggy.PluginManager) -> list[PluginReport]:
 
 def _report(pm: pluggy.PluginManager, plugin: object, dist: Any) -> PluginReport:
     name = pm.get_name(plugin) or repr(plugin)
-    found = manifest.for_module(getattr(plugin, "__name__", type(plugin).__module__))
+    found = manifest.for_entry_point(_entry_point_value(plugin, name, dist))
     if found is None:
         log.warning("centralmcp plugin %r ships no plugin.toml; its host requirements are not checked", name)
         return PluginReport(name, dist.metadata["name"], None, ())
@@ -75,6 +75,14 @@ def _report(pm: pluggy.PluginManager, plugin: object, dist: Any) -> PluginReport
         raise HostContractError(f"plugin {name!r} names hooks this host does not define: {unknown!r}")
     missing = tuple(hook for hook in found.requires if not _implemented_by_others(pm, hook, plugin))
     return PluginReport(name, dist.metadata["name"], found, missing)
+
+
+def _entry_point_value(plugin: object, name: str, dist: Any) -> str:
+    """The entry point that brought ``plugin`` (pluggy registers each under its entry point's name)."""
+    for entry_point in dist.entry_points:
+        if entry_point.group == PROJECT and entry_point.name == name:
+            return str(entry_point.value)
+    return str(getattr(plugin, "__name__", type(plugin).__module__))  # pragma: no cover - renamed after loading
 
 
 def _implemented_by_others(pm: pluggy.PluginManager, hook: str, plugin: object) -> bool:

@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 import pytest
 
 from centralmcp_batch import _compat, cli, hosting, manifest
+from centralmcp_batch.commands import plugin_report
+from centralmcp_batch.commands.demo import client as demo_client
+from centralmcp_batch.commands.demo import render, script
 from centralmcp_batch.router import demo
 
 # Until the reference router package exists, the commands that build a router cannot run. Keyed on
 # the file, not on an import, so a router that exists but fails to import fails these tests.
 needs_router = pytest.mark.skipif(
-    not (Path(demo.__file__).parent / "__init__.py").is_file(), reason="the reference router (centralmcp_batch.router) is not written yet"
+    not (Path(demo.__file__).parent / "__init__.py").is_file(),
+    reason="the reference router (centralmcp_batch.router) is not written yet",
 )
 FAST_DEMO = {**os.environ, demo.LATENCY_ENV: "20"}
 VISIBLE_DEMO = {**os.environ, demo.LATENCY_ENV: "100"}
 
 
-def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "centralmcp_batch", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=FAST_DEMO if env is None else env)
 
@@ -39,7 +44,10 @@ def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Comp
         ([], "the following arguments are required: COMMAND"),
         (["serve", "--port", "70000"], "invalid port 70000"),
         (["serve", "--port", "http"], "invalid port 'http'"),
-        (["serve", "--demo", "--port", "8123"], "--host, --port, --allow-host and --allow-origin apply to --transport http"),
+        (
+            ["serve", "--demo", "--port", "8123"],
+            "--host, --port, --allow-host and --allow-origin apply to --transport http",
+        ),
         (["serve", "--demo", "--allow-host", "mcp.example.com"], "--allow-origin apply to --transport http only"),
         (["serve", "--demo", "--transport", "http", "--allow-host", "http://x"], "invalid host 'http://x'"),
         (["serve", "--demo", "--transport", "http", "--allow-origin", "app.example"], "invalid origin 'app.example'"),
@@ -50,7 +58,9 @@ def run_cli(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Comp
         (["launch"], "invalid choice: 'launch'"),
     ],
 )
-def test_argument_errors_exit_2_with_a_clear_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_argument_errors_exit_2_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
     assert exited.value.code == 2
@@ -58,7 +68,9 @@ def test_argument_errors_exit_2_with_a_clear_message(capsys: pytest.CaptureFixtu
     assert message in err and "usage: centralmcp-batch" in err
 
 
-def test_serve_without_config_names_the_default_and_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_without_config_names_the_default_and_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
         cli.main(["serve"])
@@ -97,11 +109,23 @@ def test_plugins_json_carries_the_manifest() -> None:
     assert batch["manifest"]["tools"] == [{"name": "invoke_read_tool_batch", "capability": "read"}]
 
 
+@needs_router
+def test_plugins_shows_the_otel_observer_under_its_own_manifest_entry() -> None:
+    finished = run_cli("plugins")
+    assert finished.returncode == 0, finished.stderr
+    sections = {section.split()[0]: section for section in finished.stdout.split("\n\n")}
+    otel = sections["otel"]
+    assert "entry point: centralmcp_batch.otel" in otel and "invoke_read_tool_batch" not in otel
+    assert "requires:    -" in otel and "implements:  centralmcp_batch_started" in otel
+    assert "entry point: centralmcp_batch.plugin" in sections["batch"]
+    assert "ships no plugin.toml" not in finished.stderr
+
+
 def test_an_unsatisfied_plugin_is_reported_with_what_it_misses() -> None:
     report = hosting.PluginReport("batch", "centralmcp-batch", manifest.own(), ("centralmcp_read_gate",))
-    text = cli._report_text(report)
+    text = plugin_report.report_text(report)
     assert text.splitlines()[0].endswith("NOT satisfied: missing centralmcp_read_gate")
-    assert cli._report_json(report)["satisfied"] is False
+    assert plugin_report.report_json(report)["satisfied"] is False
 
 
 # -- demo -----------------------------------------------------------------------------
@@ -113,19 +137,22 @@ def test_demo_runs_end_to_end_and_exits_0() -> None:
     assert finished.returncode == 0, finished.stdout + finished.stderr
     out = finished.stdout
     assert "find_tool(query='device health', top_k=3):" in out and "get_device_health" in out
-    for call in cli.demo_calls():
+    for call in script.demo_calls():
         assert call.name in out
     rows = {line.split()[1]: line for line in out.splitlines() if line.strip()[:1].isdigit()}
     assert "blocked" in rows["reboot"] and "unknown_tool" in rows["vlans"] and "next_cursor" in rows["clients"]
     assert "progress 9/9" in out
+    assert "\033" not in out and "\r" not in out  # piped: plain lines, no terminal controls
     ratio = next(line for line in out.splitlines() if line.startswith("Ratio sequential / batch:"))
     # 7 reads of 100 ms, 4 at a time (about 0.2 s), against 7 round trips (about 0.7 s): a wide margin.
     assert float(ratio.split()[-1].rstrip("x")) > 1.5
 
 
-def test_demo_fails_clearly_when_the_router_cannot_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_fails_clearly_when_the_router_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = _compat.StdioServerParameters(command=sys.executable, args=["-c", "import sys; sys.exit(3)"])
-    monkeypatch.setattr(cli, "router_command", lambda: broken)
+    monkeypatch.setattr(demo_client, "router_command", lambda: broken)
     assert cli.main(["demo"]) == 1
     assert "centralmcp-batch: error: the demo failed" in capsys.readouterr().err
 
@@ -135,7 +162,9 @@ def test_demo_fails_clearly_when_the_router_cannot_start(monkeypatch: pytest.Mon
 
 def serve_demo_stdio() -> _compat.StdioServerParameters:
     return _compat.StdioServerParameters(
-        command=sys.executable, args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"], env=FAST_DEMO
+        command=sys.executable,
+        args=["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"],
+        env=FAST_DEMO,
     )
 
 
@@ -146,7 +175,10 @@ async def test_serve_demo_over_stdio_with_a_real_client() -> None:
         names = {tool.name for tool in await client.list_tools()}
         assert {"find_tool", "invoke_read_tool", "invoke_read_tool_batch"} <= names
         assert not names & {"list_sites", "reboot_device"}  # backends stay behind the router
-        calls = [{"id": "sites", "name": "list_sites"}, {"id": "wipe", "name": "delete_site", "arguments": {"site_id": "site-sjc"}}]
+        calls = [
+            {"id": "sites", "name": "list_sites"},
+            {"id": "wipe", "name": "delete_site", "arguments": {"site_id": "site-sjc"}},
+        ]
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
         assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
         assert response["results"][0]["server"] == "inventory"
@@ -165,7 +197,19 @@ def free_port() -> int:
 @pytest.mark.anyio
 async def test_serve_demo_over_http() -> None:
     port = free_port()
-    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--demo", "--transport", "http", "--port", str(port), "--log-level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "centralmcp_batch",
+        "serve",
+        "--demo",
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(command, env=FAST_DEMO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         await wait_for_port(port, process)
@@ -191,10 +235,13 @@ async def wait_for_port(port: int, process: subprocess.Popen[Any], seconds: floa
 
 
 def test_demo_checks_name_every_surprise() -> None:
-    calls = cli.demo_calls()
-    results = [{"id": call.id, "status": call.expected, "result": {"clients": []} if call.id == "clients" else {}} for call in calls]
+    calls = script.demo_calls()
+    results = [
+        {"id": call.id, "status": call.expected, "result": {"clients": []} if call.id == "clients" else {}}
+        for call in calls
+    ]
     results[0]["status"] = "blocked"  # a read the gate should have let through
-    problems = cli._batch_problems({"results": results}, calls)
+    problems = script.batch_problems({"results": results}, calls)
     assert problems == [
         "call 'sites' (list_sites) was 'blocked', expected 'ok'",
         "list_clients came back whole: the router did not clip it to a page with a next_cursor",
@@ -203,9 +250,46 @@ def test_demo_checks_name_every_surprise() -> None:
 
 def test_result_summaries_are_short_and_say_what_came_back() -> None:
     clipped = {"status": "ok", "result": {"clients": [{}] * 200, "total": 432, "next_cursor": "abc"}}
-    assert cli._summary(clipped) == "200 of 432 clients + next_cursor"
-    assert cli._summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}}) == 'serial="CN00A000" cpu_percent=35'
-    assert cli._summary({"status": "error", "error": "x" * 100}, width=20) == "x" * 17 + "..."
+    assert render.summary(clipped) == "200 of 432 clients + next_cursor"
+    assert (
+        render.summary({"status": "ok", "result": {"serial": "CN00A000", "cpu_percent": 35}})
+        == 'serial="CN00A000" cpu_percent=35'
+    )
+    assert render.summary({"status": "error", "error": "x" * 100}, width=20) == "x" * 17 + "..."
+
+
+def progress_calls(line: render.ProgressLine) -> None:
+    async def notify() -> None:
+        await line(1, 2, "a (list_sites): ok")
+        await line(2, 2, None)
+
+    anyio.run(notify)
+    line.finish()
+
+
+def test_the_progress_line_prints_plain_lines_when_not_on_a_terminal() -> None:
+    said: list[str] = []
+    stream = io.StringIO()
+    progress_calls(render.ProgressLine(said.append, stream))
+    assert said == ["  progress 1/2  a (list_sites): ok", "  progress 2/2"]
+    assert stream.getvalue() == ""
+
+
+def test_the_progress_line_redraws_itself_on_a_terminal() -> None:
+    leader, follower = os.openpty()  # a real terminal device, so isatty() is the real answer
+    said: list[str] = []
+    with os.fdopen(follower, "w") as terminal:
+        progress_calls(render.ProgressLine(said.append, terminal))
+        terminal.flush()
+        shown = os.read(leader, 4096).decode()  # before the far end closes, after which Linux answers EIO
+    os.close(leader)
+    assert said == []
+    assert shown.replace("\r\n", "\n") == "\r\033[K  progress 1/2  a (list_sites): ok\r\033[K  progress 2/2\n"
+
+
+def test_tables_align_every_column() -> None:
+    text = render.table(["id", "status"], [["sites", "ok"], ["reboot", "blocked"]])
+    assert text.splitlines() == ["  id      status", "  ------  -------", "  sites   ok", "  reboot  blocked"]
 
 
 def test_bench_passes_its_own_options_through(monkeypatch: pytest.MonkeyPatch) -> None:

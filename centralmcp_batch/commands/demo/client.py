@@ -1,0 +1,150 @@
+"""The demo's MCP session: start the router, run find_tool, one batch, then the same reads one at a time."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
+
+from ... import _compat
+from .. import CommandFailed
+from .render import ProgressLine, summary, table
+from .script import DemoCall, batch_problems, demo_calls, same_data
+
+TIMEOUT_SECONDS = 120.0
+ROUTER_TOOLS = frozenset({"find_tool", "invoke_read_tool", "invoke_read_tool_batch"})
+
+Say = Callable[[str], None]
+
+
+def run() -> int:
+    """Run the demo on stdout: 0 when everything behaved as described, else ``CommandFailed`` naming what did not."""
+    try:
+        problems = anyio.run(_run_demo_in_time, _print_line)
+    except TimeoutError:
+        raise CommandFailed(f"the demo did not finish within {TIMEOUT_SECONDS:.0f} s") from None
+    except Exception as exc:
+        raise CommandFailed(f"the demo failed: {_describe(exc)}") from exc
+    if problems:
+        raise CommandFailed("the demo ran, but not as expected:\n  " + "\n  ".join(problems))
+    return 0
+
+
+async def _run_demo_in_time(say: Say) -> list[str]:
+    with anyio.fail_after(TIMEOUT_SECONDS):
+        return await run_demo(say)
+
+
+def _describe(exc: BaseException) -> str:
+    # anyio task groups wrap the real cause; show the innermost one.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _print_line(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def router_command() -> _compat.StdioServerParameters:
+    """The demo router as a stdio subprocess of this very interpreter."""
+    args = ["-m", "centralmcp_batch", "serve", "--demo", "--log-level", "warning"]
+    # The SDK hands a subprocess only a few variables unless told; the demo's settings must reach it.
+    return _compat.StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+
+
+async def run_demo(say: Say) -> list[str]:
+    """Run the demo, narrating through ``say``; the list of what did not go as expected."""
+    command = router_command()
+    say(f"Starting the router: {Path(command.command).name} {' '.join(command.args)}  (stdio subprocess)")
+    async with _compat.connect(command) as client:
+        tools = [tool.name for tool in await client.list_tools()]
+        say(f"It publishes {len(tools)} tools: {', '.join(tools)}")
+        missing = ROUTER_TOOLS - set(tools)
+        if missing:
+            return [f"the router does not publish {sorted(missing)}"]
+        await _show_find_tool(client, say)
+        calls = demo_calls()
+        response, batch_seconds = await _run_batch(client, calls, say)
+        problems = batch_problems(response, calls)
+        reads = [call for call in calls if call.expected == "ok"]
+        sequential_seconds, mismatches = await _run_sequential(client, reads, response, say)
+    say("")
+    ratio = sequential_seconds / batch_seconds if batch_seconds > 0 else float("inf")
+    say(f"{'One batch, 1 round trip:':34}{batch_seconds:6.2f} s")
+    say(f"{f'Same reads, {len(reads)} round trips:':34}{sequential_seconds:6.2f} s")
+    say(f"{'Ratio sequential / batch:':34}{ratio:6.1f}x")
+    return problems + mismatches
+
+
+async def _show_find_tool(client: _compat.ClientHandle, say: Say) -> None:
+    query = "device health"
+    answer = await client.call_tool("find_tool", {"query": query, "top_k": 3})
+    say("")
+    say(f"find_tool(query={query!r}, top_k=3):")
+    hits = _find_hits(answer.payload)
+    rows = [
+        [hit.get("name"), hit.get("server"), hit.get("capability"), hit.get("recommended_dispatcher")] for hit in hits
+    ]
+    say(table(["tool", "server", "capability", "dispatcher"], rows))
+
+
+def _find_hits(payload: Any) -> list[dict[str, Any]]:
+    """find_tool's hits, whether the router answers a list or an object holding one."""
+    if isinstance(payload, dict):
+        payload = next((value for value in payload.values() if isinstance(value, list)), [])
+    return [hit for hit in payload if isinstance(hit, dict)] if isinstance(payload, list) else []
+
+
+async def _run_batch(client: _compat.ClientHandle, calls: list[DemoCall], say: Say) -> tuple[dict[str, Any], float]:
+    say("")
+    say(f"invoke_read_tool_batch with {len(calls)} calls (reads, a write, an unknown tool):")
+    progress = ProgressLine(say)
+    started = time.perf_counter()
+    arguments = {"calls": [call.entry() for call in calls]}
+    answer = await client.call_tool("invoke_read_tool_batch", arguments, progress=progress)
+    seconds = time.perf_counter() - started
+    progress.finish()
+    if answer.is_error or not isinstance(answer.payload, dict):
+        raise RuntimeError(f"the batch tool answered an error: {answer.text[:300]}")
+    response = answer.payload
+    rows = [
+        [item["index"], item["id"], item["tool"], item.get("server") or "-", item["status"], summary(item)]
+        for item in response.get("results", [])
+    ]
+    say(table(["#", "id", "tool", "server", "status", "result"], rows))
+    counts = response.get("counts", {})
+    succeeded = f"{counts.get('succeeded')}/{counts.get('total')}"
+    say(f"ok={response.get('ok')}  succeeded={succeeded}  failed_ids={response.get('failed_ids')}")
+    return response, seconds
+
+
+async def _run_sequential(
+    client: _compat.ClientHandle, reads: list[DemoCall], response: dict[str, Any], say: Say
+) -> tuple[float, list[str]]:
+    say("")
+    say(f"The same {len(reads)} reads, one invoke_read_tool round trip at a time:")
+    batch_results = {item.get("id"): item.get("result") for item in response.get("results", [])}
+    rows, total, mismatches = [], 0.0, []
+    for call in reads:
+        started = time.perf_counter()
+        answer = await client.call_tool("invoke_read_tool", {"name": call.name, "arguments": dict(call.arguments)})
+        seconds = time.perf_counter() - started
+        total += seconds
+        same = same_data(answer.payload, batch_results.get(call.id))
+        status = (
+            "error" if answer.is_error or (isinstance(answer.payload, dict) and "error" in answer.payload) else "ok"
+        )
+        if status != "ok":
+            mismatches.append(f"invoke_read_tool {call.name} failed: {answer.text[:200]}")
+        rows.append([call.id, call.name, status, f"{seconds:.3f}", "yes" if same else "no"])
+    say(table(["id", "tool", "status", "seconds", "same as batch"], rows))
+    return total, mismatches
