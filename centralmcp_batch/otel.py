@@ -73,14 +73,22 @@ class BatchTelemetry:
         self.rate_wait = meter.create_histogram(
             "centralmcp.rate_token.wait", unit="s", description="Time a backend call waited for its rate tokens"
         )
-        # Per instance: two telemetry plugins on one host must not end each other's spans.
-        self._current: ContextVar[Optional[_BatchTrace]] = ContextVar(f"centralmcp_batch_otel_{id(self)}", default=None)
+        # Per instance: two telemetry plugins on one host must not end each other's spans. The
+        # variable holds a one-slot list that the batch's end empties: an entry's task context (or
+        # an SDK object that keeps a finished task) may outlive the batch, its span must not.
+        self._current: ContextVar[Optional[list[Optional[_BatchTrace]]]] = ContextVar(
+            f"centralmcp_batch_otel_{id(self)}", default=None
+        )
+
+    def _batch(self) -> Optional[_BatchTrace]:
+        slot = self._current.get()
+        return None if slot is None else slot[0]
 
     @hookimpl
     def centralmcp_batch_started(self, total: int) -> None:
         # Set in the batch's own task before its workers start, so every entry of this batch sees it.
         span = self.tracer.start_span(BATCH_SPAN, attributes={"centralmcp.batch.total": total})
-        self._current.set(_BatchTrace(span, trace.set_span_in_context(span)))
+        self._current.set([_BatchTrace(span, trace.set_span_in_context(span))])
 
     @hookimpl
     def centralmcp_batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
@@ -88,7 +96,7 @@ class BatchTelemetry:
         labels = {"centralmcp.status": status, **_tool_attributes(None, item.get("server"))}
         self.entries.add(1, labels)
         self.entry_duration.record(seconds, labels)
-        batch = self._current.get()
+        batch = self._batch()
         attributes: dict[str, Any] = {
             "centralmcp.index": int(item.get("index", -1)),
             "centralmcp.status": status,
@@ -109,11 +117,13 @@ class BatchTelemetry:
     def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
         ok = bool(response.get("ok"))
         self.batch_duration.record(seconds, {"centralmcp.batch.ok": ok})
-        batch = self._current.get()
-        if batch is None:  # a caller that does not report the start: the span is drawn afterwards
+        slot = self._current.get()
+        batch = None if slot is None else slot[0]
+        if slot is None or batch is None:  # a caller that does not report the start: drawn afterwards
             span = self.tracer.start_span(BATCH_SPAN, start_time=_seconds_ago_ns(seconds))
         else:
             span = batch.span
+            slot[0] = None  # every task context that copied the slot lets go of the span with it
             self._current.set(None)  # the same context as the start: the batch's own task
         counts = response.get("counts") or {}
         span.set_attributes(
