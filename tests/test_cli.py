@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -281,10 +282,18 @@ def test_the_progress_line_redraws_itself_on_a_terminal() -> None:
     with os.fdopen(follower, "w") as terminal:
         progress_calls(render.ProgressLine(said.append, terminal))
         terminal.flush()
-        shown = os.read(leader, 4096).decode()  # before the far end closes, after which Linux answers EIO
+        shown = _read_terminal(leader)  # before the far end closes, after which Linux answers EIO
     os.close(leader)
     assert said == []
     assert shown.replace("\r\n", "\n") == "\r\033[K  progress 1/2  a (list_sites): ok\r\033[K  progress 2/2\n"
+
+
+def _read_terminal(leader: int) -> str:
+    """All the terminal has to say: a pty may hand over what was written in more than one read."""
+    chunks: list[bytes] = []
+    while select.select([leader], [], [], 0.5)[0]:
+        chunks.append(os.read(leader, 4096))
+    return b"".join(chunks).decode()
 
 
 def test_tables_align_every_column() -> None:
