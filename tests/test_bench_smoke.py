@@ -9,7 +9,7 @@ import pytest
 
 from centralmcp_batch import bench
 
-SCENARIO_KEYS = ("latency_bound", "transports", "overhead", "budget", "load")
+SCENARIO_KEYS = ("latency_bound", "transports", "overhead", "budget", "load", "rate_bound")
 
 
 @pytest.mark.slow
@@ -28,5 +28,5 @@ def test_quick_bench_writes_every_scenario(tmp_path: Path, capsys: pytest.Captur
     assert all(row["bytes_returned"] <= 300_000 for row in report["budget"])
     assert any(row["results_dropped"] > 0 for row in report["budget"])  # the quick plan goes over the budget once
     assert all(row["batches"] > 0 and row["lost_or_reordered"] == 0 for row in report["load"])
-    assert [target["met"] for target in report["targets"]] == [None] * 4  # n = 25 is not part of a quick run
+    assert [target["met"] for target in report["targets"]] == [None] * 6  # n = 25 is not part of a quick run
     assert report["machine"]["nproc"] >= 1 and report["machine"]["mcp"]
