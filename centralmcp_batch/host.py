@@ -57,7 +57,7 @@ class HostHooks:
         self._plain_exec = getattr(pluginmanager, "_inner_hookexec", None)
         if not _is_pluggys_own_call(self._plain_exec):
             self._plain_exec = None  # already monitored: always go through pluggy
-        self._plans: dict[str, tuple[list[Any], Optional[list[Impl]]]] = {}
+        self._plans: dict[str, tuple[list[Any], Any]] = {}  # hook name -> (its implementations, what was made of them)
 
     def _plan(self, name: str) -> Optional[list[Impl]]:
         """The hook's implementations in calling order, or None when pluggy must make the call."""
@@ -153,10 +153,17 @@ class HostHooks:
 
     async def _notify(self, name: str, **kwargs: Any) -> None:
         """Observers, each on its own: one that fails is logged and the others still hear."""
-        for impl in reversed(getattr(self._hook, name).get_hookimpls()):  # pluggy's calling order
-            if impl.hookwrapper or impl.wrapper:
-                continue
+        for impl in self._observers(name):
             try:
-                await await_me_maybe(impl.function(*(kwargs[arg] for arg in impl.argnames)))
+                await await_me_maybe(impl.function(*[kwargs[arg] for arg in impl.argnames]))
             except Exception:
                 log.warning("observer %s of plugin %r failed; ignored", name, impl.plugin_name, exc_info=True)
+
+    def _observers(self, name: str) -> list[Any]:
+        """The hook's plain implementations in pluggy's calling order, kept until the plugins change."""
+        impls = getattr(self._hook, name).get_hookimpls()
+        cached = self._plans.get(name)
+        if cached is None or cached[0] != impls:
+            cached = (impls, [impl for impl in reversed(impls) if not (impl.hookwrapper or impl.wrapper)])
+            self._plans[name] = cached
+        return cached[1]
