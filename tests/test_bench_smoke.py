@@ -58,7 +58,7 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http"))
     assert {row["n"] for row in report["in_process"]} == {1, 25}
-    assert {row["schema"] for row in report["schema"]} == {"plugin", "old", "builtin"}
+    assert {(row["schema"], row["n"]) for row in report["schema"]} == {(name, n) for name in ("plugin", "old", "builtin") for n in (1, 25)}
     assert all(row["plugin_entries_per_s"]["median"] > 0 and row["baseline_entries_per_s"]["median"] > 0 for row in report["http"])
     assert [target["met"] is not None for target in report["targets"]] == [True] * 7
     assert done.stdout.count("\n### ") == 6
