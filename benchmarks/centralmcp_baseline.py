@@ -181,16 +181,25 @@ async def mcp_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
             check_plugin(await call_checked(to_plugin, TOOL, {"calls": one}), one)
 
         async def single() -> None:
-            answer = await call_checked(to_plugin, "invoke_read_tool", {"name": "wait", "arguments": one[0]["arguments"]})
+            read = {"name": "wait", "arguments": one[0]["arguments"]}
+            answer = await call_checked(to_plugin, "invoke_read_tool", read)
             check_results([answer], one, wrapped=False)
 
-        samples = await sampled({"builtin": builtin, "plugin": plugin, "plugin_one": plugin_one, "single": single}, plan)
+        variants = {"builtin": builtin, "plugin": plugin, "plugin_one": plugin_one, "single": single}
+        samples = await sampled(variants, plan)
     return [
-        {"case": "n=25: plugin vs the built-in batch", "plugin_us": summary(samples["plugin"], 1e6),
-         "baseline_us": summary(samples["builtin"], 1e6), "plugin_over_baseline": summary(ratios(samples["plugin"], samples["builtin"]))},
-        {"case": "n=1: plugin batch vs one invoke_read_tool", "plugin_us": summary(samples["plugin_one"], 1e6),
-         "baseline_us": summary(samples["single"], 1e6), "plugin_over_baseline": summary(ratios(samples["plugin_one"], samples["single"]))},
+        versus("n=25: plugin vs the built-in batch", samples["plugin"], samples["builtin"]),
+        versus("n=1: plugin batch vs one invoke_read_tool", samples["plugin_one"], samples["single"]),
     ]
+
+
+def versus(case: str, plugin: list[float], baseline: list[float]) -> dict[str, Any]:
+    return {
+        "case": case,
+        "plugin_us": summary(plugin, 1e6),
+        "baseline_us": summary(baseline, 1e6),
+        "plugin_over_baseline": summary(ratios(plugin, baseline)),
+    }
 
 
 # -- the client's output-schema check --------------------------------------------------------
@@ -241,7 +250,13 @@ def checking(session: Any, name: str, raw: Any) -> Run:
 def schema_row(name: str, n: int, samples: Mapping[str, list[float]]) -> dict[str, Any]:
     schemas = {"plugin": models.output_schema(), "old": old_output_schema()}
     size = len(json.dumps(schemas[name])) if name in schemas else "(the SDK's for dict[str, Any])"
-    return {"schema": name, "n": n, "bytes": size, "check_ms": summary(samples[name], 1000), "over_builtin": summary(ratios(samples[name], samples["builtin"]))}
+    return {
+        "schema": name,
+        "n": n,
+        "bytes": size,
+        "check_ms": summary(samples[name], 1000),
+        "over_builtin": summary(ratios(samples[name], samples["builtin"])),
+    }
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -339,7 +354,10 @@ async def entries_per_second(clients: Sequence[_compat.ClientHandle], seconds: f
 async def http_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     async with AsyncExitStack() as stack:
         urls = {which: await stack.enter_async_context(served(which)) for which in ("builtin", "plugin")}
-        clients = {which: [await stack.enter_async_context(_compat.connect(url)) for _ in range(HTTP_CLIENTS)] for which, url in urls.items()}
+        clients = {
+            which: [await stack.enter_async_context(_compat.connect(url)) for _ in range(HTTP_CLIENTS)]
+            for which, url in urls.items()
+        }
         checks = {"builtin": check_builtin, "plugin": check_plugin}
         for which in clients:
             await entries_per_second(clients[which], 0.3, checks[which])  # warm-up
@@ -347,48 +365,87 @@ async def http_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
         for _ in range(plan.repeat):
             for which in ("builtin", "plugin"):
                 rates[which].append(await entries_per_second(clients[which], plan.http_seconds, checks[which]))
-    return [{"clients": HTTP_CLIENTS, "n": 25, "plugin_entries_per_s": summary(rates["plugin"]),
-             "baseline_entries_per_s": summary(rates["builtin"]), "plugin_over_baseline": summary(ratios(rates["plugin"], rates["builtin"]))}]
+    return [{
+        "clients": HTTP_CLIENTS,
+        "n": 25,
+        "plugin_entries_per_s": summary(rates["plugin"]),
+        "baseline_entries_per_s": summary(rates["builtin"]),
+        "plugin_over_baseline": summary(ratios(rates["plugin"], rates["builtin"])),
+    }]
 
 
 # -- the report -------------------------------------------------------------------------------
 
 TABLES = {
-    "in_process": ("A. In process, zero latency: the plugin adopted vs the router's own loop and built-in batch",
-                   ["n", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin", "own_us_per_entry"]),
-    "mcp": ("B. In-memory MCP session, zero latency, the client's checks included", ["case", "plugin_us", "baseline_us", "plugin_over_baseline"]),
-    "schema": ("C. The SDK client's output-schema check of one answer (SDK 1.x: the server runs it too)", ["schema", "n", "bytes", "check_ms", "over_builtin"]),
-    "memory": ("D. Peak memory (tracemalloc), 25 answers of about 100 KB", ["where", "plugin_mb", "baseline_mb", "plugin_over_baseline"]),
-    "http": ("E. Streamable HTTP, 8 clients, batches of 25 zero-latency entries", ["clients", "n", "plugin_entries_per_s", "baseline_entries_per_s", "plugin_over_baseline"]),
+    "in_process": (
+        "A. In process, zero latency: the plugin adopted vs the router's own loop and built-in batch",
+        ["n", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin", "own_us_per_entry"],
+    ),
+    "mcp": (
+        "B. In-memory MCP session, zero latency, the client's checks included",
+        ["case", "plugin_us", "baseline_us", "plugin_over_baseline"],
+    ),
+    "schema": (
+        "C. The SDK client's output-schema check of one answer (SDK 1.x: the server runs it too)",
+        ["schema", "n", "bytes", "check_ms", "over_builtin"],
+    ),
+    "memory": (
+        "D. Peak memory (tracemalloc), 25 answers of about 100 KB",
+        ["where", "plugin_mb", "baseline_mb", "plugin_over_baseline"],
+    ),
+    "http": (
+        "E. Streamable HTTP, 8 clients, batches of 25 zero-latency entries",
+        ["clients", "n", "plugin_entries_per_s", "baseline_entries_per_s", "plugin_over_baseline"],
+    ),
 }
 
 
-def goal(name: str, rows: Sequence[Mapping[str, Any]], match: Mapping[str, Any], key: str, limit: float, at_most: bool) -> dict[str, Any]:
+Match = Mapping[str, Any]
+
+
+def goal(name: str, rows: Sequence[Match], match: Match, key: str, limit: float, at_most: bool) -> dict[str, Any]:
     row = bench.find_row(rows, **match)
     if row is None:
         return {"target": name, "value": None, "threshold": limit, "met": None}
     value = row[key]["median"]
-    return {"target": name, "value": round(value, 3), "threshold": limit, "met": value <= limit if at_most else value >= limit}
+    met = value <= limit if at_most else value >= limit
+    return {"target": name, "value": round(value, 3), "threshold": limit, "met": met}
+
+
+BATCH_OF_ONE = {"case": "n=1: plugin batch vs one invoke_read_tool"}
+BATCH_OF_25 = {"case": "n=25: plugin vs the built-in batch"}
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    get = report.get
-    return [
-        goal("schema check of a 25-entry answer <= 1 ms", get("schema", []), {"schema": "plugin", "n": 25}, "check_ms", 1.0, True),
-        goal("n=1: plugin batch <= 1.1x one invoke_read_tool", get("mcp", []), {"case": "n=1: plugin batch vs one invoke_read_tool"}, "plugin_over_baseline", 1.1, True),
-        goal("n=25 in process: plugin <= 1.0x the sequential loop", get("in_process", []), {"n": 25}, "plugin_over_loop", 1.0, True),
-        goal("n=25 in process: own cost <= 25 us per entry", get("in_process", []), {"n": 25}, "own_us_per_entry", 25.0, True),
-        goal("n=25 over MCP: plugin <= 1.0x the built-in batch", get("mcp", []), {"case": "n=25: plugin vs the built-in batch"}, "plugin_over_baseline", 1.0, True),
-        goal("HTTP 8 clients: entries/s >= 1.0x the built-in", get("http", []), {"clients": HTTP_CLIENTS}, "plugin_over_baseline", 1.0, False),
-        goal("peak memory over MCP <= 1.0x the built-in", get("memory", []), {"where": "MCP session"}, "plugin_over_baseline", 1.0, True),
+    def rows(name: str) -> list[Match]:
+        return list(report.get(name, []))
+
+    wanted = [  # (target, scenario, row, figure, limit, at most?)
+        ("schema check of a 25-entry answer <= 1 ms", "schema", {"schema": "plugin", "n": 25}, "check_ms", 1.0, True),
+        ("n=1: plugin batch <= 1.1x one invoke_read_tool", "mcp", BATCH_OF_ONE, "plugin_over_baseline", 1.1, True),
+        ("n=25 in process: plugin <= 1.0x the loop", "in_process", {"n": 25}, "plugin_over_loop", 1.0, True),
+        ("n=25 in process: own cost <= 25 us per entry", "in_process", {"n": 25}, "own_us_per_entry", 25.0, True),
+        ("n=25 over MCP: plugin <= 1.0x the built-in batch", "mcp", BATCH_OF_25, "plugin_over_baseline", 1.0, True),
+        ("HTTP 8 clients: entries/s >= 1.0x the built-in", "http", {"clients": 8}, "plugin_over_baseline", 1.0, False),
+        ("peak memory over MCP <= 1.0x built-in", "memory", {"where": "MCP session"}, "plugin_over_baseline", 1, True),
     ]
+    return [goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in wanted]
 
 
 async def run_plan(plan: Plan) -> dict[str, Any]:
     routers = make_routers()
-    report: dict[str, Any] = {"config": {"repeat": plan.repeat, "sample_seconds": plan.sample_seconds}, "machine": bench.machine(),
-                              "load_average_before": bench.load_average()}
-    steps = {"in_process": in_process_scenario, "mcp": mcp_scenario, "schema": schema_scenario, "memory": memory_scenario, "http": http_scenario}
+    report: dict[str, Any] = {
+        "config": {"repeat": plan.repeat, "sample_seconds": plan.sample_seconds},
+        "machine": bench.machine(),
+        "load_average_before": bench.load_average(),
+    }
+    steps = {
+        "in_process": in_process_scenario,
+        "mcp": mcp_scenario,
+        "schema": schema_scenario,
+        "memory": memory_scenario,
+        "http": http_scenario,
+    }
     for name in plan.scenarios:
         report[name] = await steps[name](plan, routers)
     report["load_average_after"] = bench.load_average()
@@ -398,7 +455,9 @@ async def run_plan(plan: Plan) -> dict[str, Any]:
 
 def render(report: Mapping[str, Any]) -> str:
     parts = [f"Figures: median (min–max) of {report['config']['repeat']} rounds; mcp {report['machine']['mcp']}.", ""]
-    parts += [bench.table(title, report[key], columns) + "\n" for key, (title, columns) in TABLES.items() if key in report]
+    for key, (title, columns) in TABLES.items():
+        if key in report:
+            parts.append(bench.table(title, report[key], columns) + "\n")
     parts.append("### Targets\n")
     parts += [f"- {item['target']}: {item['value']} -> {bench.verdict(item['met'])}" for item in report["targets"]]
     return "\n".join(parts)
@@ -409,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cli.add_argument("--quick", action="store_true", help="a tiny run that only shows it works")
     cli.add_argument("--repeat", type=int, help="rounds per figure (default 7; 1 with --quick)")
     cli.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
-    cli.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    everything = ",".join(SCENARIOS)
+    cli.add_argument("--scenarios", default=everything, help=f"comma-separated subset of {everything}")
     cli.add_argument("--serve", choices=("builtin", "plugin"), help=argparse.SUPPRESS)
     cli.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = cli.parse_args(argv)

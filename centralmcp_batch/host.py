@@ -40,7 +40,8 @@ Impl = tuple[Callable[..., Any], Sequence[str]]  # an implementation's function 
 
 def _is_pluggys_own_call(hookexec: Any) -> bool:
     """True for the manager's unmonitored hook execution (pluggy's ``_multicall``)."""
-    return getattr(hookexec, "__name__", "") == "_multicall" and getattr(hookexec, "__module__", "").startswith("pluggy.")
+    name, module = getattr(hookexec, "__name__", ""), getattr(hookexec, "__module__", "")
+    return name == "_multicall" and module.startswith("pluggy.")
 
 
 def _gate_failed(tool: ToolRef, exc: Exception) -> str:
@@ -67,7 +68,8 @@ class HostHooks:
         cached = self._plans.get(name)
         if cached is not None and cached[0] == impls:
             return cached[1]
-        plan = None if any(impl.hookwrapper or impl.wrapper for impl in impls) else [(impl.function, impl.argnames) for impl in reversed(impls)]
+        wrapped = any(impl.hookwrapper or impl.wrapper for impl in impls)
+        plan = None if wrapped else [(impl.function, impl.argnames) for impl in reversed(impls)]
         self._plans[name] = (impls, plan)
         return plan
 
@@ -141,7 +143,8 @@ class HostHooks:
         self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
     ) -> Any:
         answer = self._call_first(
-            "centralmcp_dispatch_read", tool=tool, arguments=arguments, resume=resume, max_bytes=max_bytes, context=context
+            "centralmcp_dispatch_read",
+            tool=tool, arguments=arguments, resume=resume, max_bytes=max_bytes, context=context,
         )
         return await await_me_maybe(answer)
 

@@ -149,7 +149,9 @@ def input_schema() -> dict[str, Any]:
 # fields clients branch on typed and the rest described. The models stay the strict description
 # the tests hold answers to; a test holds this schema to them.
 OUTPUT_DIALECT = "http://json-schema.org/draft-07/schema#"
-ITEM_KEYS = "index, id, tool, server, status, then result (ok) or error, with result_truncated or error_truncated when shrunk"
+ITEM_KEYS = (
+    "index, id, tool, server, status, then result (ok) or error, with result_truncated or error_truncated when shrunk"
+)
 
 
 def _item_schema() -> dict[str, Any]:
@@ -170,12 +172,12 @@ def output_schema() -> dict[str, Any]:
         "required": ["ok"],
         "properties": {
             "ok": {"type": "boolean", "description": "True only if every entry succeeded."},
-            "error": {"type": "string", "description": "Only on a rejected batch: why; nothing ran and there are no results."},
+            "error": {"type": "string", "description": "Only on a rejected batch: why; nothing ran, no results."},
             "results": {"type": "array", "maxItems": MAX_CALLS, "items": _item_schema()},
             "counts": {"type": "object", "required": ["total", "succeeded", "failed"], "description": "Integers."},
             "failed_ids": {"type": "array", "description": "The failed entries' ids, in call order."},
             "failed_indexes": {"type": "array", "description": "The failed entries' indexes, in call order."},
-            "truncated": {"type": "boolean", "description": "True when the response was shrunk to fit its byte budget."},
+            "truncated": {"type": "boolean", "description": "True when the response was shrunk to fit its budget."},
         },
         "description": (
             "A batch answer carries results, counts, failed_ids, failed_indexes and truncated; a shrunk one may add "

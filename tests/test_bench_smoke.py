@@ -41,7 +41,8 @@ BLOCK_PYTEST = "import sys; sys.modules['pytest'] = None; sys.modules['_pytest']
 def test_bench_runs_where_pytest_cannot_be_imported(tmp_path: Path) -> None:
     # A plain `pip install .` has no pytest: `centralmcp-batch bench` must not need it.
     out = tmp_path / "bench.json"
-    script = f"{BLOCK_PYTEST}; from centralmcp_batch import cli; raise SystemExit(cli.main(['bench', '--quick', '--scenarios', 'overhead,rate', '--json', {str(out)!r}]))"
+    argv = ["bench", "--quick", "--scenarios", "overhead,rate", "--json", str(out)]
+    script = f"{BLOCK_PYTEST}; from centralmcp_batch import cli; raise SystemExit(cli.main({argv!r}))"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -58,7 +59,9 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http"))
     assert {row["n"] for row in report["in_process"]} == {1, 25}
-    assert {(row["schema"], row["n"]) for row in report["schema"]} == {(name, n) for name in ("plugin", "old", "builtin") for n in (1, 25)}
-    assert all(row["plugin_entries_per_s"]["median"] > 0 and row["baseline_entries_per_s"]["median"] > 0 for row in report["http"])
+    expected = {(name, n) for name in ("plugin", "old", "builtin") for n in (1, 25)}
+    assert {(row["schema"], row["n"]) for row in report["schema"]} == expected
+    rates = [(row["plugin_entries_per_s"]["median"], row["baseline_entries_per_s"]["median"]) for row in report["http"]]
+    assert rates and all(plugin > 0 and baseline > 0 for plugin, baseline in rates)
     assert [target["met"] is not None for target in report["targets"]] == [True] * 7
     assert done.stdout.count("\n### ") == 6

@@ -95,7 +95,9 @@ async def test_call_monitoring_switched_on_later_sees_every_call() -> None:
     hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None))
     assert await hooks.find_tool("get_x") == TOOL  # the direct plan is built and cached
     called: list[str] = []
-    undo = hooks.pluginmanager.add_hookcall_monitoring(lambda name, impls, kwargs: called.append(name), lambda *args: None)
+    undo = hooks.pluginmanager.add_hookcall_monitoring(
+        lambda name, impls, kwargs: called.append(name), lambda *args: None
+    )
     assert await hooks.find_tool("get_x") == TOOL and await hooks.read_gate(TOOL) is None
     assert called == ["centralmcp_find_tool", "centralmcp_read_gate"]
     undo()
