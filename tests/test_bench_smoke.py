@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from centralmcp_batch import bench
 
-SCENARIO_KEYS = ("latency_bound", "transports", "overhead", "budget", "load")
+SCENARIO_KEYS = ("latency_bound", "transports", "overhead", "budget", "load", "rate_bound")
 
 
 @pytest.mark.slow
@@ -28,5 +30,38 @@ def test_quick_bench_writes_every_scenario(tmp_path: Path, capsys: pytest.Captur
     assert all(row["bytes_returned"] <= 300_000 for row in report["budget"])
     assert any(row["results_dropped"] > 0 for row in report["budget"])  # the quick plan goes over the budget once
     assert all(row["batches"] > 0 and row["lost_or_reordered"] == 0 for row in report["load"])
-    assert [target["met"] for target in report["targets"]] == [None] * 4  # n = 25 is not part of a quick run
+    assert [target["met"] for target in report["targets"]] == [None] * 6  # n = 25 is not part of a quick run
     assert report["machine"]["nproc"] >= 1 and report["machine"]["mcp"]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK_PYTEST = "import sys; sys.modules['pytest'] = None; sys.modules['_pytest'] = None"  # import pytest now fails
+
+
+def test_bench_runs_where_pytest_cannot_be_imported(tmp_path: Path) -> None:
+    # A plain `pip install .` has no pytest: `centralmcp-batch bench` must not need it.
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--scenarios", "overhead,rate", "--json", str(out)]
+    script = f"{BLOCK_PYTEST}; from centralmcp_batch import cli; raise SystemExit(cli.main({argv!r}))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["overhead"] and report["rate_bound"][0]["ideal_ms"] == 250.0  # (10 - 8 burst) / 8 per second
+    assert report["rate_bound"][0]["wall_ms"]["min"] >= 250.0 * 0.99  # nothing beats the token bucket
+
+
+@pytest.mark.slow
+def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "baseline.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "centralmcp_baseline.py"), "--quick", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]  # a lost or misplaced answer stops it with BaselineError
+    report = json.loads(out.read_text())
+    assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http"))
+    assert {row["n"] for row in report["in_process"]} == {1, 25}
+    expected = {(name, n) for name in ("plugin", "old", "builtin") for n in (1, 25)}
+    assert {(row["schema"], row["n"]) for row in report["schema"]} == expected
+    rates = [(row["plugin_entries_per_s"]["median"], row["baseline_entries_per_s"]["median"]) for row in report["http"]]
+    assert rates and all(plugin > 0 and baseline > 0 for plugin, baseline in rates)
+    assert [target["met"] is not None for target in report["targets"]] == [True] * 7
+    assert done.stdout.count("\n### ") == 6

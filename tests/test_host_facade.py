@@ -1,0 +1,104 @@
+"""The facade's direct calls: the same answers and order as pluggy, and pluggy itself whenever a
+wrapper, call monitoring or a change of plugins needs it."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from centralmcp_batch import ToolRef, hosting
+from centralmcp_batch.hookspecs import hookimpl
+from centralmcp_batch.host import NO_GATE, HostHooks
+
+pytestmark = pytest.mark.anyio
+TOOL = ToolRef("get_x", "srv", {"readOnlyHint": True})
+
+
+class Catalog:
+    def __init__(self, answer: Optional[ToolRef], log: list[str], label: str) -> None:
+        self.answer, self.log, self.label = answer, log, label
+
+    @hookimpl
+    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+        self.log.append(self.label)
+        return self.answer
+
+    @hookimpl
+    def centralmcp_dispatch_read(self, tool: ToolRef) -> Any:
+        return {"by": self.label}
+
+
+class Gate:
+    def __init__(self, refusal: Optional[str]) -> None:
+        self.refusal = refusal
+
+    @hookimpl
+    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+        return self.refusal
+
+
+def hooks_over(*plugins: object) -> HostHooks:
+    return HostHooks(hosting.plugin_manager(*plugins))
+
+
+async def test_firstresult_order_matches_pluggy_and_none_passes() -> None:
+    log: list[str] = []
+    first, second = Catalog(None, log, "first"), Catalog(TOOL, log, "second")
+    hooks = hooks_over(first, second)
+    expected = hooks.pluginmanager.hook.centralmcp_find_tool(name="get_x")
+    log.clear()
+    assert await hooks.find_tool("get_x") == expected == TOOL
+    assert log == ["second"]  # last registered is asked first, and its answer ends the call
+    second.answer = None
+    log.clear()
+    assert await hooks.find_tool("get_x") is None and log == ["second", "first"]
+
+
+async def test_a_plugin_registered_after_the_first_call_is_heard() -> None:
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None))
+    assert await hooks.read_gate(TOOL) is None
+    late = Gate("refused late")
+    hooks.pluginmanager.register(late)
+    assert await hooks.read_gate(TOOL) == "refused late"
+    hooks.pluginmanager.unregister(late)
+    assert await hooks.read_gate(TOOL) is None
+
+
+async def test_unregistering_the_only_gate_refuses_every_read() -> None:
+    gate = Gate(None)
+    hooks = hooks_over(Catalog(TOOL, [], "host"), gate)
+    assert await hooks.read_gate(TOOL) is None
+    hooks.pluginmanager.unregister(gate)
+    assert await hooks.read_gate(TOOL) == NO_GATE
+
+
+async def test_a_wrapper_sees_every_call() -> None:
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def centralmcp_dispatch_read(self, tool: ToolRef):  # type: ignore[no-untyped-def]
+            seen.append(tool.name)
+            answer = yield
+            return {**answer, "wrapped": True}
+
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None))
+    context: Any = None
+    assert await hooks.dispatch_read(TOOL, {}, None, 1024, context) == {"by": "host"}
+    hooks.pluginmanager.register(Wrapper())
+    assert await hooks.dispatch_read(TOOL, {}, None, 1024, context) == {"by": "host", "wrapped": True}
+    assert seen == ["get_x"]
+
+
+async def test_call_monitoring_switched_on_later_sees_every_call() -> None:
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None))
+    assert await hooks.find_tool("get_x") == TOOL  # the direct plan is built and cached
+    called: list[str] = []
+    undo = hooks.pluginmanager.add_hookcall_monitoring(
+        lambda name, impls, kwargs: called.append(name), lambda *args: None
+    )
+    assert await hooks.find_tool("get_x") == TOOL and await hooks.read_gate(TOOL) is None
+    assert called == ["centralmcp_find_tool", "centralmcp_read_gate"]
+    undo()
+    assert await hooks.find_tool("get_x") == TOOL and len(called) == 2
