@@ -477,13 +477,15 @@ def budget_figures(n: int, sizes: list[int], fit_times: list[float], batch_times
 
 def default_limiter_router() -> Any:
     """The reference router at its default limiter (nothing in the environment overrides it)."""
+    from .ratelimit.config import BURST_ENV, STORE_ENV
     from .router import Router
-    from .router.core import BURST_ENV
 
-    saved = {key: os.environ.pop(key) for key in (RATE_ENV, BURST_ENV) if key in os.environ}
+    saved = {key: os.environ.pop(key) for key in (RATE_ENV, BURST_ENV, STORE_ENV) if key in os.environ}
+    os.environ[STORE_ENV] = "memory"  # this process's own bucket: the user's shared SQLite file is not the bench's
     try:
         return Router({"bench": backend_server()})
     finally:
+        os.environ.pop(STORE_ENV)
         os.environ.update(saved)
 
 
