@@ -1,8 +1,16 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["redis_server"]  # the redis_server and redis_url fixtures
+
+# The router.toml files the tests load in process name the suite's backends by module path
+# (tests.backends.tickets). Pytest puts only tests/ on sys.path, so on a non-editable install
+# `tests` is not importable. Appended, not prepended: the package under test still comes from
+# site-packages, not from the checkout beside it (what the sdist check relies on).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 # The default rate store is a SQLite file in the user's cache directory, shared by every process
 # on the machine. Tests must not share one budget across test runs and subprocesses by accident
