@@ -22,8 +22,11 @@ import pydantic
 
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
+# A plain name, so mypy can take it as a constant (always_true in pyproject.toml): mypy checks
+# the 2.x branches, and the 1.x branches are held by the SDK 1.x leg of the test suite.
+SDK_2 = SDK_MAJOR >= 2
 
-if SDK_MAJOR >= 2:
+if SDK_2:
     from mcp import Client, StdioServerParameters
     from mcp.server.mcpserver import Context, MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
@@ -59,7 +62,8 @@ def is_server(value: Any) -> bool:
 
 def _tools(server: Any) -> dict[str, Any]:
     # Both SDK lines keep their registered tools in a dict on the tool manager.
-    return server._tool_manager._tools  # noqa: SLF001 - no public registry API in either SDK line
+    tools: dict[str, Any] = server._tool_manager._tools  # noqa: SLF001 - no public registry API in either SDK line
+    return tools
 
 
 def has_tool(server: Any, name: str) -> bool:
@@ -110,7 +114,8 @@ def annotations_dict(annotations: Any) -> dict[str, Any]:
         return {}
     if isinstance(annotations, Mapping):
         return dict(annotations)
-    return annotations.model_dump(by_alias=True, exclude_none=True)
+    dumped: dict[str, Any] = annotations.model_dump(by_alias=True, exclude_none=True)
+    return dumped
 
 
 def server_tools(server: Any) -> list[ToolInfo]:
@@ -174,7 +179,7 @@ async def call_manager_tool(
 
 def _server_context(server: Any) -> Any:
     """The Context ``server.call_tool`` makes for a call from inside the process."""
-    if SDK_MAJOR >= 2:
+    if SDK_2:
         # As MCPServer.call_tool makes it; 2.x has no public accessor for the subscriptions.
         return Context(mcp_server=server, subscriptions=server._subscriptions)  # noqa: SLF001
     return server.get_context()
@@ -210,7 +215,7 @@ def _in_worker_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def structured_result(structured: dict[str, Any], text: str) -> Any:
     """A tool result with both forms: ``structured`` and ``text`` (its compact JSON)."""
-    if SDK_MAJOR >= 2:
+    if SDK_2:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
     return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=structured)
 
@@ -277,7 +282,7 @@ def _joined_text(blocks: Sequence[Any]) -> str:
 
 
 def read_result(result: Any) -> Answer:
-    if SDK_MAJOR >= 2:
+    if SDK_2:
         return Answer(bool(result.is_error), result.structured_content, _joined_text(result.content))
     return Answer(bool(result.isError), result.structuredContent, _joined_text(result.content))
 
@@ -305,60 +310,64 @@ class ClientHandle:
         progress: Optional[Callable[[float, Optional[float], Optional[str]], Any]] = None,
         timeout: Optional[float] = None,
     ) -> Answer:
-        wait = None if timeout is None else (timeout if SDK_MAJOR >= 2 else timedelta(seconds=timeout))
+        wait = None if timeout is None else (timeout if SDK_2 else timedelta(seconds=timeout))
         request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
         try:
             result = await self.session.call_tool(name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress)
         except anyio.get_cancelled_exc_class():
-            if SDK_MAJOR < 2:  # 2.x tells the server when a request is abandoned; 1.x does not
+            if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
                 with anyio.CancelScope(shield=True):
                     await _send_cancelled(self.session, request_id)
             raise
         return read_result(result)
 
 
-async def _send_cancelled(session: Any, request_id: Any) -> None:  # pragma: no cover - SDK 1.x leg
-    from mcp import types
+if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
 
-    params = types.CancelledNotificationParams(requestId=request_id, reason="the client abandoned the request")
-    notification = types.ClientNotification(types.CancelledNotification(params=params))
-    try:
-        await session.send_notification(notification)
-    except Exception:  # the session may already be closing; the server then cancels on its own
-        pass
+    async def _send_cancelled(session: Any, request_id: Any) -> None:  # pragma: no cover - SDK 1.x leg
+        from mcp import types
+
+        params = types.CancelledNotificationParams(requestId=request_id, reason="the client abandoned the request")
+        notification = types.ClientNotification(types.CancelledNotification(params=params))
+        try:
+            await session.send_notification(notification)
+        except Exception:  # the session may already be closing; the server then cancels on its own
+            pass
 
 
 def _tool_info(tool: Any) -> ToolInfo:
-    schema = tool.input_schema if SDK_MAJOR >= 2 else tool.inputSchema
-    output = tool.output_schema if SDK_MAJOR >= 2 else tool.outputSchema
+    schema = tool.input_schema if SDK_2 else tool.inputSchema
+    output = tool.output_schema if SDK_2 else tool.outputSchema
     return ToolInfo(tool.name, tool.description or "", dict(schema or {}), annotations_dict(tool.annotations), output)
 
 
 @asynccontextmanager
 async def connect(target: Any) -> AsyncIterator[ClientHandle]:
     """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL."""
-    if SDK_MAJOR >= 2:
+    if SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
         async with Client(target, mode=mode) as client:
             yield ClientHandle(client)
-        return
-    async with _connect_1x(target) as session:  # pragma: no cover - SDK 1.x leg
-        yield ClientHandle(session)
+    else:  # pragma: no cover - SDK 1.x leg
+        async with _connect_1x(target) as session:
+            yield ClientHandle(session)
 
 
-@asynccontextmanager
-async def _connect_1x(target: Any) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
-    if is_server(target):
-        async with create_connected_server_and_client_session(target._mcp_server) as session:
-            yield session
-        return
-    # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
-    http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
-    transport = stdio_client(target) if isinstance(target, StdioServerParameters) else http_client(target)
-    async with transport as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            yield session
+if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
+
+    @asynccontextmanager
+    async def _connect_1x(target: Any) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
+        if is_server(target):
+            async with create_connected_server_and_client_session(target._mcp_server) as session:
+                yield session
+            return
+        # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
+        http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
+        transport = stdio_client(target) if isinstance(target, StdioServerParameters) else http_client(target)
+        async with transport as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                yield session
 
 
 # -- running a server -----------------------------------------------------------------
@@ -394,7 +403,7 @@ def http_app(
     ``stateless``: no session lives in the process, so any replica can answer any request.
     """
     security = transport_security(allowed_hosts, allowed_origins)
-    if SDK_MAJOR >= 2:
+    if SDK_2:
         return server.streamable_http_app(transport_security=security, stateless_http=stateless)
     server.settings.transport_security = security  # 1.x reads it from the settings made at construction
     server.settings.stateless_http = stateless

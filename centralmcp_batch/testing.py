@@ -150,7 +150,9 @@ class HostConformance:
     async def batch(self, server: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
         answer = await call(server, "invoke_read_tool_batch", {"calls": calls})
         assert not answer.is_error, answer.text
-        return answer.structured
+        structured: dict[str, Any] | None = answer.structured
+        assert structured is not None, answer.text
+        return structured
 
     async def test_gate_refusals_never_reach_dispatch(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
@@ -160,7 +162,7 @@ class HostConformance:
 
     async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
-        calls = [{"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)]
+        calls: list[dict[str, Any]] = [{"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)]
         calls += [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
         response = await self.batch(server, calls)
         assert [item["status"] for item in response["results"][3:]] == ["blocked", "unknown_tool", "invalid_call"]

@@ -185,7 +185,8 @@ class Router:
         guards = Guards(BatchSettings.from_env().call_timeout)
         outcome = await pipeline.read_one(self.hooks, name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards)
         if outcome.status == "ok":
-            return outcome.result
+            result: dict[str, Any] = outcome.result
+            return result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
 
 
