@@ -39,7 +39,7 @@ def _client(url: str) -> Any:
             f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
         ) from None
     # No retries of its own: a failed call falls back at once and the limiter decides when to try again.
-    return Redis.from_url(  # type: ignore[call-overload]  # types-redis's overloads lack from_url's retry
+    return Redis.from_url(
         url, socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0)
     )
 
