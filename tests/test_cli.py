@@ -21,12 +21,6 @@ from centralmcp_batch.commands.demo import client as demo_client
 from centralmcp_batch.commands.demo import render, script
 from centralmcp_batch.router import demo
 
-# Until the reference router package exists, the commands that build a router cannot run. Keyed on
-# the file, not on an import, so a router that exists but fails to import fails these tests.
-needs_router = pytest.mark.skipif(
-    not (Path(demo.__file__).parent / "__init__.py").is_file(),
-    reason="the reference router (centralmcp_batch.router) is not written yet",
-)
 FAST_DEMO = {**os.environ, demo.LATENCY_ENV: "20"}
 VISIBLE_DEMO = {**os.environ, demo.LATENCY_ENV: "100"}
 
@@ -87,7 +81,6 @@ def test_python_dash_m_is_the_same_command() -> None:
 # -- plugins --------------------------------------------------------------------------
 
 
-@needs_router
 def test_plugins_names_the_batch_plugin_satisfied() -> None:
     finished = run_cli("plugins")
     assert finished.returncode == 0, finished.stderr
@@ -97,7 +90,6 @@ def test_plugins_names_the_batch_plugin_satisfied() -> None:
     assert "requires:    centralmcp_find_tool, centralmcp_read_gate, centralmcp_dispatch_read" in finished.stdout
 
 
-@needs_router
 def test_plugins_json_carries_the_manifest() -> None:
     finished = run_cli("plugins", "--json")
     assert finished.returncode == 0, finished.stderr
@@ -110,7 +102,6 @@ def test_plugins_json_carries_the_manifest() -> None:
     assert batch["manifest"]["tools"] == [{"name": "invoke_read_tool_batch", "capability": "read"}]
 
 
-@needs_router
 def test_plugins_shows_the_otel_observer_under_its_own_manifest_entry() -> None:
     finished = run_cli("plugins")
     assert finished.returncode == 0, finished.stderr
@@ -132,7 +123,6 @@ def test_an_unsatisfied_plugin_is_reported_with_what_it_misses() -> None:
 # -- demo -----------------------------------------------------------------------------
 
 
-@needs_router
 def test_demo_runs_end_to_end_and_exits_0() -> None:
     finished = run_cli("demo", env=VISIBLE_DEMO)
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -169,7 +159,6 @@ def serve_demo_stdio() -> _compat.StdioServerParameters:
     )
 
 
-@needs_router
 @pytest.mark.anyio
 async def test_serve_demo_over_stdio_with_a_real_client() -> None:
     async with _compat.connect(serve_demo_stdio()) as client:
@@ -194,7 +183,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@needs_router
 @pytest.mark.anyio
 async def test_serve_demo_over_http() -> None:
     port = free_port()
