@@ -6,15 +6,16 @@ backends are called and client results are read through these functions.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import version
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -28,14 +29,16 @@ SDK_2 = SDK_MAJOR >= 2
 
 if SDK_2:
     from mcp import Client, StdioServerParameters
-    from mcp.server.mcpserver import Context, MCPServer as Server
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
     from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
     from mcp.client import streamable_http as _http_1x
-    from mcp.server.fastmcp import Context, FastMCP as Server
+    from mcp.client.stdio import stdio_client
+    from mcp.server.fastmcp import Context
+    from mcp.server.fastmcp import FastMCP as Server
     from mcp.server.fastmcp.exceptions import ToolError
     from mcp.shared.memory import create_connected_server_and_client_session
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -52,7 +55,7 @@ __all__ = [
 # -- servers and tools ----------------------------------------------------------------
 
 
-def new_server(name: str, *, instructions: Optional[str] = None, lifespan: Any = None) -> Any:
+def new_server(name: str, *, instructions: str | None = None, lifespan: Any = None) -> Any:
     return Server(name, instructions=instructions, lifespan=lifespan)
 
 
@@ -81,8 +84,8 @@ def add_tool(
     name: str,
     description: str,
     annotations: Mapping[str, Any],
-    input_schema: Optional[dict[str, Any]] = None,
-    output_schema: Optional[dict[str, Any]] = None,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
 ) -> None:
     """Register ``fn``; the schemas, when given, replace what the SDK derived for clients to read.
 
@@ -90,7 +93,13 @@ def add_tool(
     a loose ``Any`` can answer malformed input itself while the published schema states the
     strict shape.
     """
-    server.add_tool(fn, name=name, description=description, annotations=ToolAnnotations.model_validate(dict(annotations)), structured_output=True)
+    server.add_tool(
+        fn,
+        name=name,
+        description=description,
+        annotations=ToolAnnotations.model_validate(dict(annotations)),
+        structured_output=True,
+    )
     tool = _tools(server)[name]
     if input_schema is not None:
         tool.parameters = input_schema
@@ -105,7 +114,7 @@ class ToolInfo:
     description: str
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
-    output_schema: Optional[dict[str, Any]] = None
+    output_schema: dict[str, Any] | None = None
 
 
 def annotations_dict(annotations: Any) -> dict[str, Any]:
@@ -126,7 +135,7 @@ def server_tools(server: Any) -> list[ToolInfo]:
     ]
 
 
-async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any]) -> "Answer":
+async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any]) -> Answer:
     """Call a tool of an in-process server through its tool manager, with the Context the server's
     own ``call_tool`` would give it; a ``ToolError`` is an error answer."""
     try:
@@ -141,7 +150,7 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     return Answer(is_error=False, text=_joined_text(raw))
 
 
-def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> Optional[list[dict[str, Any]]]:
+def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """Why an in-process tool refuses ``arguments``, as pydantic's structured errors without the input.
 
     None when the tool is unknown or the arguments validate. Both SDK lines validate with the
@@ -186,7 +195,7 @@ def _server_context(server: Any) -> Any:
 
 
 # Each sync tool's stand-in, made once per tool object and dropped with it.
-_THREADED: dict[int, tuple["weakref.ref[Any]", Any]] = {}
+_THREADED: dict[int, tuple[weakref.ref[Any], Any]] = {}
 
 
 def _abandonable(tool: Any) -> Any:
@@ -263,7 +272,7 @@ class Answer:
     """A tool call's answer, whichever SDK produced it."""
 
     is_error: bool
-    structured: Optional[Any] = None
+    structured: Any | None = None
     text: str = ""
 
     @property
@@ -305,15 +314,17 @@ class ClientHandle:
     async def call_tool(
         self,
         name: str,
-        arguments: Optional[Mapping[str, Any]] = None,
+        arguments: Mapping[str, Any] | None = None,
         *,
-        progress: Optional[Callable[[float, Optional[float], Optional[str]], Any]] = None,
-        timeout: Optional[float] = None,
+        progress: Callable[[float, float | None, str | None], Any] | None = None,
+        timeout: float | None = None,
     ) -> Answer:
         wait = None if timeout is None else (timeout if SDK_2 else timedelta(seconds=timeout))
         request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
         try:
-            result = await self.session.call_tool(name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress)
+            result = await self.session.call_tool(
+                name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress
+            )
         except anyio.get_cancelled_exc_class():
             if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
                 with anyio.CancelScope(shield=True):
@@ -329,10 +340,9 @@ if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x li
 
         params = types.CancelledNotificationParams(requestId=request_id, reason="the client abandoned the request")
         notification = types.ClientNotification(types.CancelledNotification(params=params))
-        try:
+        # the session may already be closing; the server then cancels on its own
+        with contextlib.suppress(Exception):
             await session.send_notification(notification)
-        except Exception:  # the session may already be closing; the server then cancels on its own
-            pass
 
 
 def _tool_info(tool: Any) -> ToolInfo:
@@ -364,10 +374,9 @@ if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x li
         # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
         http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
         transport = stdio_client(target) if isinstance(target, StdioServerParameters) else http_client(target)
-        async with transport as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
-                await session.initialize()
-                yield session
+        async with transport as streams, ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            yield session
 
 
 # -- running a server -----------------------------------------------------------------

@@ -8,7 +8,7 @@ since its coroutine is not None; a sync implementation may return None to pass.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import Any, Optional, Union
+from typing import Any
 
 import pluggy
 
@@ -18,13 +18,13 @@ PROJECT = "centralmcp"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-MaybeAwaitable = Union[Any, Awaitable[Any]]
+MaybeAwaitable = Any | Awaitable[Any]
 
 # -- implemented by the host, called by the plugin ------------------------------------
 
 
 @hookspec(firstresult=True)
-def centralmcp_find_tool(name: str) -> Optional[ToolRef]:
+def centralmcp_find_tool(name: str) -> ToolRef | None:
     """The catalog: the backend tool called ``name``, or None when it is unknown.
 
     :param name: a backend tool name as the client sent it.
@@ -32,7 +32,7 @@ def centralmcp_find_tool(name: str) -> Optional[ToolRef]:
 
 
 @hookspec
-def centralmcp_read_gate(tool: ToolRef) -> Optional[str]:
+def centralmcp_read_gate(tool: ToolRef) -> str | None:
     """Allow or refuse a read: None allows, a string refuses with that message.
 
     Every implementation is asked and any refusal wins. An implementation that raises

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pluggy
 
@@ -45,8 +45,8 @@ class PluginReport:
     """One loaded plugin, its manifest and what the host lacks of it."""
 
     name: str
-    distribution: Optional[str]
-    manifest: Optional[manifest.Manifest]
+    distribution: str | None
+    manifest: manifest.Manifest | None
     missing: tuple[str, ...]
 
     @property
@@ -56,7 +56,9 @@ class PluginReport:
     def raise_if_unsatisfied(self) -> None:
         if self.missing:
             hooks = ", ".join(repr(name) for name in self.missing)
-            raise HostContractError(f"plugin {self.name!r} requires host hook {hooks}, which no registered plugin implements")
+            raise HostContractError(
+                f"plugin {self.name!r} requires host hook {hooks}, which no registered plugin implements"
+            )
 
 
 def plugin_reports(pm: pluggy.PluginManager) -> list[PluginReport]:

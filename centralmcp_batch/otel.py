@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from .hookspecs import hookimpl
 from .models import ToolRef
@@ -38,7 +38,7 @@ class _BatchTrace:
     parent: Any  # the Context whose current span is the batch span
 
 
-def _tool_attributes(tool: Optional[str], server: Optional[str]) -> dict[str, str]:
+def _tool_attributes(tool: str | None, server: str | None) -> dict[str, str]:
     # Attribute values cannot be None: an entry that never reached the catalog has no server.
     attributes = {}
     if tool is not None:
@@ -76,11 +76,11 @@ class BatchTelemetry:
         # Per instance: two telemetry plugins on one host must not end each other's spans. The
         # variable holds a one-slot list that the batch's end empties: an entry's task context (or
         # an SDK object that keeps a finished task) may outlive the batch, its span must not.
-        self._current: ContextVar[Optional[list[Optional[_BatchTrace]]]] = ContextVar(
+        self._current: ContextVar[list[_BatchTrace | None] | None] = ContextVar(
             f"centralmcp_batch_otel_{id(self)}", default=None
         )
 
-    def _batch(self) -> Optional[_BatchTrace]:
+    def _batch(self) -> _BatchTrace | None:
         slot = self._current.get()
         return None if slot is None else slot[0]
 

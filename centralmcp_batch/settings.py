@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Optional
 
 RESPONSE_MAX_BYTES = "CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES"
 CONCURRENCY = "CENTRALMCP_ROUTER_BATCH_CONCURRENCY"
@@ -34,7 +33,7 @@ class Setting:
     env: str
     default: float
     minimum: float
-    maximum: Optional[float] = None
+    maximum: float | None = None
     integer: bool = True
 
     def read(self, environ: Mapping[str, str]) -> float:
@@ -50,7 +49,7 @@ class Setting:
             _report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
         return clamped
 
-    def clamp(self, value: float) -> Optional[float]:
+    def clamp(self, value: float) -> float | None:
         """``value`` within the range, or None when no bound can hold it (NaN, or infinity with no maximum)."""
         if math.isnan(value):
             return None
@@ -83,7 +82,7 @@ class BatchSettings:
     batch_timeout: float = 300.0
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> BatchSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> BatchSettings:
         env = os.environ if environ is None else environ
         return cls(
             response_max_bytes=int(_BY_ENV[RESPONSE_MAX_BYTES].read(env)),
@@ -93,7 +92,7 @@ class BatchSettings:
         )
 
 
-def router_mode(environ: Optional[Mapping[str, str]] = None) -> str:
+def router_mode(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     return env.get(ROUTER_MODE, "").strip().lower()
 

@@ -11,9 +11,9 @@ read tool and one write tool of your host, and pytest checks your hooks against 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
 import pytest
@@ -36,22 +36,29 @@ class InlineHost:
     tokens: list[str] = field(default_factory=list)
     dispatched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
-    def add(self, name: str, handler: Callable[..., Any], annotations: Mapping[str, Any] = READ, server: str = "inline", concurrency: Optional[int] = None) -> None:
+    def add(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        annotations: Mapping[str, Any] = READ,
+        server: str = "inline",
+        concurrency: int | None = None,
+    ) -> None:
         self.handlers[name] = handler
         self.refs[name] = ToolRef(name, server, dict(annotations), concurrency)
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return self.refs.get(name)
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
 
     @hookimpl
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
         expected = f"{tool.name}:page:"
-        page = cursor[len(expected):]
+        page = cursor[len(expected) :]
         if not cursor.startswith(expected) or not (page.isascii() and page.isdigit()):  # int() refuses "²"
             raise InvalidCursor("cursor was not issued for this tool")
         return int(page)
@@ -61,7 +68,9 @@ class InlineHost:
         self.tokens.append(tool.name)
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
+    ) -> Any:
         self.dispatched.append((tool.name, dict(arguments)))
         answer = self.handlers[tool.name](resume=resume, **arguments)
         return await answer if hasattr(answer, "__await__") else answer
@@ -94,7 +103,7 @@ def centralmcp_server(centralmcp_host: InlineHost) -> Any:
     return server
 
 
-async def call(server: Any, tool: str, arguments: Optional[Mapping[str, Any]] = None, **options: Any) -> _compat.Answer:
+async def call(server: Any, tool: str, arguments: Mapping[str, Any] | None = None, **options: Any) -> _compat.Answer:
     """Call ``tool`` on ``server`` over a fresh in-memory MCP client session."""
     async with _compat.connect(server) as client:
         return await client.call_tool(tool, arguments, **options)
@@ -162,7 +171,9 @@ class HostConformance:
 
     async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
-        calls: list[dict[str, Any]] = [{"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)]
+        calls: list[dict[str, Any]] = [
+            {"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)
+        ]
         calls += [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
         response = await self.batch(server, calls)
         assert [item["status"] for item in response["results"][3:]] == ["blocked", "unknown_tool", "invalid_call"]
@@ -170,7 +181,9 @@ class HostConformance:
 
     async def test_cursor_refusals(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
-        calls = [{"name": self.read_tool, "arguments": dict(self.read_arguments), "cursor": "not-a-cursor-this-host-issued"}]
+        calls = [
+            {"name": self.read_tool, "arguments": dict(self.read_arguments), "cursor": "not-a-cursor-this-host-issued"}
+        ]
         response = await self.batch(server, calls)
         item = response["results"][0]
         assert item["status"] == "invalid_cursor" and item["error"]

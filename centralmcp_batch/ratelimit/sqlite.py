@@ -8,6 +8,7 @@ thread so a busy file never stalls the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -87,10 +88,8 @@ class SqliteStore:
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # a broken connection: nothing more to do with it
                 self._conn.close()
-            except sqlite3.Error:
-                pass  # closing a broken connection: nothing more to do with it
             self._conn = None
 
     async def close(self) -> None:

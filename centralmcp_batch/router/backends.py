@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import anyio
 
@@ -19,7 +19,7 @@ RECONNECT_DELAY = 0.5
 class StdioBackend:
     command: str
     args: Sequence[str] = ()
-    env: Optional[Mapping[str, str]] = None
+    env: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class HttpBackend:
     url: str
 
 
-RemoteSpec = Union[StdioBackend, HttpBackend]
+RemoteSpec = StdioBackend | HttpBackend
 
 
 def is_remote(backend: Any) -> bool:
@@ -37,7 +37,9 @@ def is_remote(backend: Any) -> bool:
 def _target(spec: RemoteSpec) -> Any:
     if isinstance(spec, HttpBackend):
         return spec.url
-    return _compat.StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) if spec.env else None)
+    return _compat.StdioServerParameters(
+        command=spec.command, args=list(spec.args), env=dict(spec.env) if spec.env else None
+    )
 
 
 @dataclass
@@ -46,11 +48,11 @@ class RemoteBackend:
 
     name: str
     spec: RemoteSpec
-    client: Optional[_compat.ClientHandle] = None
-    error: Optional[str] = None
+    client: _compat.ClientHandle | None = None
+    error: str | None = None
     tools: list[_compat.ToolInfo] = field(default_factory=list)
     # told the tool list of every (re)connect, before any call can use the new session
-    on_tools: Optional[Callable[[str, list[_compat.ToolInfo]], None]] = None
+    on_tools: Callable[[str, list[_compat.ToolInfo]], None] | None = None
 
     def __post_init__(self) -> None:
         self.first_attempt = anyio.Event()

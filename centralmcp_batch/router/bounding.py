@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ..budget import encode
 
@@ -29,12 +29,14 @@ def as_object(payload: Any) -> dict[str, Any]:
     return {"items": payload} if isinstance(payload, list) else {"result": payload}
 
 
-def page_key(payload: dict[str, Any]) -> Optional[str]:
+def page_key(payload: dict[str, Any]) -> str | None:
     lists = [(len(value), key) for key, value in payload.items() if isinstance(value, list) and not key.startswith("_")]
     return max(lists)[1] if lists else None
 
 
-def bound(payload: Any, bounds: Bounds, offset: int = 0, cursor_for: Optional[Callable[[int], str]] = None) -> dict[str, Any]:
+def bound(
+    payload: Any, bounds: Bounds, offset: int = 0, cursor_for: Callable[[int], str] | None = None
+) -> dict[str, Any]:
     """``payload`` within ``bounds`` from ``offset``; ``cursor_for(next_offset)`` makes next_cursor."""
     answer = as_object(payload)
     key = page_key(answer)
@@ -45,8 +47,18 @@ def bound(payload: Any, bounds: Bounds, offset: int = 0, cursor_for: Optional[Ca
     page = whole[offset : offset + count]
     has_more = offset + count < len(whole)
     bounded = {**answer, key: page}
-    bounded["_pagination"] = {"key": key, "offset": offset, "returned": count, "total": len(whole), "has_more": has_more}
-    bounded["_response_bounds"] = {"max_items": bounds.max_items, "max_bytes": bounds.max_bytes, "clipped": has_more or offset > 0}
+    bounded["_pagination"] = {
+        "key": key,
+        "offset": offset,
+        "returned": count,
+        "total": len(whole),
+        "has_more": has_more,
+    }
+    bounded["_response_bounds"] = {
+        "max_items": bounds.max_items,
+        "max_bytes": bounds.max_bytes,
+        "clipped": has_more or offset > 0,
+    }
     if has_more and cursor_for is not None:
         bounded["next_cursor"] = cursor_for(offset + count)
     if len(encode(bounded)) > bounds.max_bytes:  # even one item is too large, or the rest is
@@ -75,7 +87,13 @@ def _preview_if_large(answer: dict[str, Any], bounds: Bounds) -> dict[str, Any]:
 
 def _preview(answer: dict[str, Any], bounds: Bounds) -> dict[str, Any]:
     text = json.dumps(answer, ensure_ascii=False, default=str).encode()
-    marks = {"max_items": bounds.max_items, "max_bytes": bounds.max_bytes, "clipped": True, "resumable": False, "original_bytes": len(text)}
+    marks = {
+        "max_items": bounds.max_items,
+        "max_bytes": bounds.max_bytes,
+        "clipped": True,
+        "resumable": False,
+        "original_bytes": len(text),
+    }
     room = max(0, bounds.max_bytes - PREVIEW_RESERVE)
     while True:  # escaping can grow the preview: cut again by the overflow until it fits
         result = {"preview": text[:room].decode(errors="ignore"), "_response_bounds": marks}

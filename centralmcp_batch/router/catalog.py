@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .._compat import ToolInfo
 from ..errors import HostContractError
@@ -18,7 +18,7 @@ class BackendOptions:
 
     trust_annotations: bool = True
     read_allow: frozenset[str] = frozenset()
-    concurrency: Optional[int] = None
+    concurrency: int | None = None
 
 
 def capability(annotations: dict[str, Any]) -> str:
@@ -48,10 +48,19 @@ class Catalog:
     entries: dict[str, Entry] = field(default_factory=dict)
 
     def add_backend(self, server: str, tools: Iterable[ToolInfo], options: BackendOptions) -> None:
-        staged = {tool.name: Entry(ToolRef(tool.name, server, _effective(tool, options), options.concurrency), tool.description, tool.input_schema) for tool in tools}
+        staged = {
+            tool.name: Entry(
+                ToolRef(tool.name, server, _effective(tool, options), options.concurrency),
+                tool.description,
+                tool.input_schema,
+            )
+            for tool in tools
+        }
         for name in staged:
             if name in self.entries and self.entries[name].ref.server != server:
-                raise HostContractError(f"duplicate backend tool name {name!r}: served by {self.entries[name].ref.server!r} and {server!r}")
+                raise HostContractError(
+                    f"duplicate backend tool name {name!r}: served by {self.entries[name].ref.server!r} and {server!r}"
+                )
         self.entries.update(staged)
 
     def replace_backend(self, server: str, tools: Iterable[ToolInfo], options: BackendOptions) -> dict[str, str]:
@@ -67,7 +76,7 @@ class Catalog:
         self.add_backend(server, [tool for tool in listed if tool.name not in left_out], options)
         return left_out
 
-    def find(self, name: str) -> Optional[ToolRef]:
+    def find(self, name: str) -> ToolRef | None:
         entry = self.entries.get(name)
         return entry.ref if entry else None
 
@@ -75,7 +84,7 @@ class Catalog:
         entry = self.entries.get(name)
         return entry.input_schema if entry else {}
 
-    def search(self, query: str, top_k: int, server: Optional[str], wanted: Optional[str]) -> list[dict[str, Any]]:
+    def search(self, query: str, top_k: int, server: str | None, wanted: str | None) -> list[dict[str, Any]]:
         words = [word for word in re.split(r"[^a-z0-9]+", query.lower()) if word]
         scored = []
         for entry in self.entries.values():

@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 
@@ -31,11 +31,13 @@ MAX_ITEMS = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_ITEMS", 200, 1, 200)
 MAX_BYTES = Setting("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", 200_000, 1_024)
 CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
-NOT_READ_ONLY = "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+NOT_READ_ONLY = (
+    "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
 FIRST_CONNECT_SECONDS = 30.0
 
 
-def cursor_key(environ: Mapping[str, str]) -> Optional[bytes]:
+def cursor_key(environ: Mapping[str, str]) -> bytes | None:
     """The signing key as the bytes the operator set; any bytes are a key, none means a random one.
 
     On POSIX ``os.environ`` keeps undecodable bytes as surrogates, and ``os.fsencode`` gives them back
@@ -47,7 +49,13 @@ def cursor_key(environ: Mapping[str, str]) -> Optional[bytes]:
 class Router:
     """``backends``: server name → in-process server object, ``StdioBackend`` or ``HttpBackend``."""
 
-    def __init__(self, backends: Mapping[str, Any], *, options: Optional[Mapping[str, BackendOptions]] = None, name: str = "centralmcp-batch-router") -> None:
+    def __init__(
+        self,
+        backends: Mapping[str, Any],
+        *,
+        options: Mapping[str, BackendOptions] | None = None,
+        name: str = "centralmcp-batch-router",
+    ) -> None:
         env = os.environ
         self.options = dict(options or {})
         self.limiter = limiter_from_env(env)  # account-wide: shared with every process on its store
@@ -72,7 +80,9 @@ class Router:
             self.local[server] = backend
             self.catalog.add_backend(server, _compat.server_tools(backend), self.options_for(server))
         else:
-            raise TypeError(f"backend {server!r} is neither an MCP server object nor a remote spec: {type(backend).__name__}")
+            raise TypeError(
+                f"backend {server!r} is neither an MCP server object nor a remote spec: {type(backend).__name__}"
+            )
 
     def options_for(self, server: str) -> BackendOptions:
         return self.options.get(server, BackendOptions())
@@ -139,7 +149,7 @@ class Router:
             return await _compat.call_server_tool(self.local[tool.server], tool.name, arguments)
         return await self.remotes[tool.server or ""].call(tool.name, arguments)
 
-    async def dispatch(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: Optional[int]) -> Any:
+    async def dispatch(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int | None) -> Any:
         try:
             answer = await self.call_backend(tool, arguments)
         except ConnectionError as exc:
@@ -164,26 +174,40 @@ class Router:
     def _add_tools(self) -> None:
         read = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
         _compat.add_tool(self.server, self._find_tool_fn(), name="find_tool", description=FIND_TOOL, annotations=read)
-        _compat.add_tool(self.server, self._invoke_read_tool_fn(), name="invoke_read_tool", description=INVOKE_READ_TOOL, annotations={**read, "openWorldHint": True})
+        _compat.add_tool(
+            self.server,
+            self._invoke_read_tool_fn(),
+            name="invoke_read_tool",
+            description=INVOKE_READ_TOOL,
+            annotations={**read, "openWorldHint": True},
+        )
 
     def _find_tool_fn(self) -> Any:
-        async def find_tool(query: str, top_k: int = 5, server: Optional[str] = None, capability: Optional[str] = None) -> dict[str, Any]:
+        async def find_tool(
+            query: str, top_k: int = 5, server: str | None = None, capability: str | None = None
+        ) -> dict[str, Any]:
             hits = self.catalog.search(query, top_k, server, capability)
             return {"query": query, "count": len(hits), "results": hits}
 
         return find_tool
 
     def _invoke_read_tool_fn(self) -> Any:
-        async def invoke_read_tool(ctx: _compat.Context, name: str, arguments: Optional[dict[str, Any]] = None, cursor: Optional[str] = None) -> dict[str, Any]:
+        async def invoke_read_tool(
+            ctx: _compat.Context, name: str, arguments: dict[str, Any] | None = None, cursor: str | None = None
+        ) -> dict[str, Any]:
             return await self.read(name, arguments or {}, cursor, request=ctx)
 
         return invoke_read_tool
 
-    async def read(self, name: str, arguments: Mapping[str, Any], cursor: Optional[str] = None, request: Any = None) -> dict[str, Any]:
+    async def read(
+        self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
+    ) -> dict[str, Any]:
         """One read through the same pipeline as a batch entry."""
         context = CallContext(index=None, call_id=None, in_batch=False, request=request)
         guards = Guards(BatchSettings.from_env().call_timeout)
-        outcome = await pipeline.read_one(self.hooks, name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards)
+        outcome = await pipeline.read_one(
+            self.hooks, name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards
+        )
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
@@ -197,11 +221,11 @@ class RouterHooks:
         self.router = router
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return self.router.catalog.find(name)
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return None if tool.read_only else NOT_READ_ONLY.format(name=tool.name)
 
     @hookimpl
@@ -209,7 +233,9 @@ class RouterHooks:
         return self.router.cursors.verify(tool.name, arguments, cursor)
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int
+    ) -> Any:
         return await self.router.dispatch(tool, arguments, resume, max_bytes)
 
 

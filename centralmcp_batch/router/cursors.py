@@ -9,7 +9,7 @@ import json
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import InvalidCursor
 
@@ -37,7 +37,7 @@ def _unb64(text: str) -> bytes:
 class CursorSigner:
     """Issues and verifies cursors; replicas sharing ``key`` accept each other's cursors."""
 
-    def __init__(self, key: Optional[bytes], ttl_seconds: int) -> None:
+    def __init__(self, key: bytes | None, ttl_seconds: int) -> None:
         self.key = key or secrets.token_bytes(32)
         self.ttl = ttl_seconds
 
@@ -45,7 +45,12 @@ class CursorSigner:
         return _b64(hmac.new(self.key, body.encode(), hashlib.sha256).digest()[:16])
 
     def issue(self, tool: str, arguments: Mapping[str, Any], offset: int) -> str:
-        claims = {"t": _digest(tool.encode()), "a": _digest(canonical_arguments(arguments)), "o": offset, "e": int(time.time()) + self.ttl}
+        claims = {
+            "t": _digest(tool.encode()),
+            "a": _digest(canonical_arguments(arguments)),
+            "o": offset,
+            "e": int(time.time()) + self.ttl,
+        }
         body = _b64(json.dumps(claims, separators=(",", ":")).encode())
         return f"{body}.{self._sign(body)}"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 
@@ -161,7 +161,7 @@ class DemoNetwork:
         return change
 
 
-def _matching(records: list[dict[str, Any]], **wanted: Optional[str]) -> list[dict[str, Any]]:
+def _matching(records: list[dict[str, Any]], **wanted: str | None) -> list[dict[str, Any]]:
     """The records whose fields equal every filter that was given."""
     filters = {key: value for key, value in wanted.items() if value is not None}
     return [record for record in records if all(record.get(key) == value for key, value in filters.items())]
@@ -177,9 +177,13 @@ def inventory_server(network: DemoNetwork) -> Any:
     async def get_site(site_id: str) -> dict[str, Any]:
         await simulated_latency()
         devices = _matching(network.devices, site_id=site_id)
-        return {**network.site(site_id), "device_count": len(devices), "client_count": len(_matching(network.clients, site_id=site_id))}
+        return {
+            **network.site(site_id),
+            "device_count": len(devices),
+            "client_count": len(_matching(network.clients, site_id=site_id)),
+        }
 
-    async def list_devices(site_id: Optional[str] = None, kind: Optional[str] = None) -> dict[str, Any]:
+    async def list_devices(site_id: str | None = None, kind: str | None = None) -> dict[str, Any]:
         await simulated_latency()
         devices = _matching(network.devices, site_id=site_id, kind=kind)
         return {"devices": devices, "total": len(devices)}
@@ -188,23 +192,35 @@ def inventory_server(network: DemoNetwork) -> Any:
         await simulated_latency()
         return network.device(serial)
 
-    async def list_clients(site_id: Optional[str] = None, ssid: Optional[str] = None) -> dict[str, Any]:
+    async def list_clients(site_id: str | None = None, ssid: str | None = None) -> dict[str, Any]:
         await simulated_latency()
         clients = _matching(network.clients, site_id=site_id, ssid=ssid)
         return {"clients": clients, "total": len(clients)}
 
     _add(server, list_sites, "List every site of the network with its city and country.", READ)
     _add(server, get_site, "One site by site_id, with its device and client counts.", READ)
-    _add(server, list_devices, "List network devices (gateways, switches, access points), optionally by site_id or kind.", READ)
+    _add(
+        server,
+        list_devices,
+        "List network devices (gateways, switches, access points), optionally by site_id or kind.",
+        READ,
+    )
     _add(server, get_device, "One network device by serial: model, firmware, site and status.", READ)
-    _add(server, list_clients, "List connected wireless clients (MAC, hostname, SSID, VLAN, signal), optionally by site_id or ssid.", READ)
+    _add(
+        server,
+        list_clients,
+        "List connected wireless clients (MAC, hostname, SSID, VLAN, signal), optionally by site_id or ssid.",
+        READ,
+    )
     return server
 
 
 def monitoring_server(network: DemoNetwork) -> Any:
     server = _compat.new_server("monitoring", instructions="Alerts and health of the demo network.")
 
-    async def list_alerts(severity: Optional[str] = None, site_id: Optional[str] = None, state: Optional[str] = None) -> dict[str, Any]:
+    async def list_alerts(
+        severity: str | None = None, site_id: str | None = None, state: str | None = None
+    ) -> dict[str, Any]:
         await simulated_latency()
         alerts = _matching(network.alerts, severity=severity, site_id=site_id, state=state)
         return {"alerts": alerts, "total": len(alerts)}
@@ -233,17 +249,28 @@ def monitoring_server(network: DemoNetwork) -> Any:
             "site_id": site_id,
             "devices_up": sum(device["status"] == "up" for device in devices),
             "devices_down": sum(device["status"] == "down" for device in devices),
-            "open_alerts": {level: len(_matching(open_alerts, severity=level)) for level in ("critical", "major", "minor")},
+            "open_alerts": {
+                level: len(_matching(open_alerts, severity=level)) for level in ("critical", "major", "minor")
+            },
         }
 
-    _add(server, list_alerts, "List alerts (severity critical, major or minor; state open or acknowledged), optionally by site_id.", READ)
-    _add(server, get_device_health, "Health of one device by serial: status, CPU, memory, uptime and client count.", READ)
+    _add(
+        server,
+        list_alerts,
+        "List alerts (severity critical, major or minor; state open or acknowledged), optionally by site_id.",
+        READ,
+    )
+    _add(
+        server, get_device_health, "Health of one device by serial: status, CPU, memory, uptime and client count.", READ
+    )
     _add(server, get_site_health, "Health summary of one site: devices up and down, open alerts by severity.", READ)
     return server
 
 
 def changes_server(network: DemoNetwork) -> Any:
-    server = _compat.new_server("changes", instructions="Configuration changes to the demo network. Writes: not for a read-only router.")
+    server = _compat.new_server(
+        "changes", instructions="Configuration changes to the demo network. Writes: not for a read-only router."
+    )
 
     async def reboot_device(serial: str) -> dict[str, Any]:
         device = network.device(serial)
@@ -270,7 +297,7 @@ def _add(server: Any, fn: Any, description: str, annotations: dict[str, Any]) ->
     _compat.add_tool(server, fn, name=fn.__name__, description=description, annotations=annotations)
 
 
-def demo_backends(network: Optional[DemoNetwork] = None) -> dict[str, Any]:
+def demo_backends(network: DemoNetwork | None = None) -> dict[str, Any]:
     """The demo's backend servers by name, over one (fresh unless given) :class:`DemoNetwork`."""
     network = DemoNetwork() if network is None else network
     return {
