@@ -35,7 +35,9 @@ generator = load_generator()
 def pages() -> dict[str, str]:
     """Every page's Markdown as the site renders it: generated tables filled in."""
     manifest = generator.manifest_data()
-    return {str(page.relative_to(DOCS)): generator.render(page.read_text(), manifest) for page in sorted(DOCS.rglob("*.md"))}
+    return {
+        str(page.relative_to(DOCS)): generator.render(page.read_text(), manifest) for page in sorted(DOCS.rglob("*.md"))
+    }
 
 
 def variables_the_package_reads() -> set[str]:
@@ -90,7 +92,9 @@ def test_the_settings_table_refuses_to_drift_from_plugin_toml() -> None:
     no_meaning = copy.deepcopy(manifest)
     del no_meaning["settings"][1]["description"]
     extra = copy.deepcopy(manifest)
-    extra["settings"].append({"env": "CENTRALMCP_NOT_READ", "default": 1, "minimum": 0, "description": "nothing reads it"})
+    extra["settings"].append(
+        {"env": "CENTRALMCP_NOT_READ", "default": 1, "minimum": 0, "description": "nothing reads it"}
+    )
     missing = copy.deepcopy(manifest)
     missing["settings"].pop()
     for broken in (changed_default, no_meaning, extra, missing):
@@ -131,3 +135,70 @@ def test_the_site_builds_strictly_and_shows_every_hook_and_variable(tmp_path: Pa
     configuration_html = (site / "reference" / "configuration" / "index.html").read_text()
     for name in variables_the_package_reads():
         assert name in configuration_html, name
+
+
+def test_the_router_mode_variable_has_its_own_row_in_the_configuration_page() -> None:
+    configuration = pages()["reference/configuration.md"]
+    assert settings.ROUTER_MODE in variables_the_package_reads()
+    row = next(line for line in configuration.splitlines() if line.startswith(f"| `{settings.ROUTER_MODE}` |"))
+    assert "`minimal`" in row and "registers nothing" in row
+
+
+def test_no_page_includes_the_readme_and_every_snippet_names_a_file() -> None:
+    """The README is the repository's front page, not a source of docs fragments (snippets read from the root)."""
+    included = [
+        (name, target) for name, text in pages().items() for target in re.findall(r'^--8<--\s+"([^"]+)"', text, re.M)
+    ]
+    assert ("changelog.md", "CHANGELOG.md") in included
+    for name, target in included:
+        assert Path(target.partition(":")[0]).name != "README.md", name
+        assert (ROOT / target.partition(":")[0]).is_file(), (name, target)
+
+
+def long_options(parser: Any) -> set[str]:
+    return {
+        option
+        for action in parser._actions  # argparse keeps no public list of its arguments
+        if action.help != "==SUPPRESS==" and action.option_strings
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help"
+    }
+
+
+def test_every_option_of_serve_and_plugins_is_in_the_reference_router_guide() -> None:
+    from centralmcp_batch import cli
+
+    subcommands = next(action for action in cli.build_parser()._actions if action.dest == "command").choices
+    assert isinstance(subcommands, dict)  # argparse's subparsers action maps each name to its parser
+    guide = pages()["guides/reference-router.md"]
+    for name in ("serve", "plugins"):
+        options = long_options(subcommands[name])
+        assert "--config" in options, name
+        missing = sorted(option for option in options if f"`{option}" not in guide and f" {option} " not in guide)
+        assert not missing, (name, missing)
+
+
+def section_of(page: str, title: str) -> str:
+    match = re.search(rf"^#+ {re.escape(title)}\n(.*?)(?=^#+ |\Z)", page, re.S | re.M)
+    assert match, f"no section '{title}'"
+    return match.group(1)
+
+
+def test_the_performance_page_holds_every_table_target_and_option_of_the_benchmark() -> None:
+    """The page's tables are the benchmark's own output: same titles, same columns, every target, before the plots."""
+    from centralmcp_batch import bench
+
+    page = pages()["performance.md"]
+    figures = page.split("\n## Plots\n", 1)[0]
+    assert figures != page, "the page has no '## Plots' section"
+    for title, columns in bench.TABLES.values():
+        table = section_of(figures, title)
+        assert table.strip().splitlines()[0] == "| " + " | ".join(columns) + " |", title
+        assert len(table.strip().splitlines()) >= 3, title  # a header, a rule and at least one row
+    targets = section_of(figures, "Targets")
+    for target in bench.targets({}):
+        assert f"- {target['target']}: " in targets, target["target"]
+    for option in long_options(bench.parser()):
+        assert f"bench {option}" in figures or f" {option} " in figures, option
+    for title in ("Against a CentralMCP-style sequential baseline", "The output schema, a documented decision"):
+        assert len(section_of(figures, title).strip()) > 500, title
