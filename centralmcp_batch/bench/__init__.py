@@ -13,7 +13,8 @@ concurrent HTTP clients (``load``). The router's rate limiter is set to 1,000,00
 The modules, one job each: ``plan`` (how big a run is), ``stats`` (rounds and their figures),
 ``backends`` and ``calls`` (what is called, and the checks on the answers), ``router_process``
 (the router subprocess), ``scenarios`` (one module per scenario), ``runner`` (a whole run),
-``targets`` and ``render`` (the markdown), ``profiling`` (``--profile``) and ``cli`` (the options).
+``targets`` and ``render`` (the markdown), ``chart`` and ``plot`` (``--plots``, SVG), ``profiling``
+(``--profile``) and ``cli`` (the options).
 This module only re-exports the names other code uses, ``benchmarks/centralmcp_baseline.py`` among it.
 """
 
@@ -23,6 +24,7 @@ from .cli import main, parser
 from .environ import concurrency, environment, quiet_logs
 from .machine import load_average, machine
 from .plan import RATE_ENV, SCENARIOS, UNLIMITED_RATE, Plan, make_plan
+from .plot import write_plots
 from .render import TABLES, cell, fmt, render, table, verdict
 from .router_process import free_port, http_router, serve_command, serve_router, stdio_params, wait_for_port
 from .runner import run_plan
@@ -75,5 +77,6 @@ __all__ = [
     "wait",
     "wait_calls",
     "wait_for_port",
+    "write_plots",
     "zero_host",
 ]

@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
 from .environ import quiet_logs
 from .plan import SCENARIOS, make_plan
+from .plot import write_plots
 from .profiling import ProfilerMissing, profile
 from .render import render
 from .router_process import serve_router
@@ -26,6 +28,11 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--repeat", type=int, metavar="N", help="rounds per figure (default 5; 1 with --quick)")
     cli.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}"
+    )
+    cli.add_argument(
+        "--plots",
+        metavar="DIR",
+        help="also draw SVG plots of the latency and load scenarios' figures into DIR",
     )
     cli.add_argument(
         "--profile",
@@ -68,4 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(report, out, indent=2)
+    if args.plots:
+        report_plots(report, args.plots)
     return 0
+
+
+def report_plots(report: dict[str, Any], directory: str) -> None:
+    # On stderr: stdout is the markdown report, which is often redirected into a file as it is.
+    written = write_plots(report, directory)
+    if written:
+        print("plots: " + ", ".join(str(path) for path in written), file=sys.stderr)
+    else:
+        print("plots: none drawn; --plots draws the latency and load scenarios, and neither ran", file=sys.stderr)
