@@ -44,6 +44,7 @@ from centralmcp_batch import _compat, batch_tool, bench, models  # noqa: E402 - 
 from centralmcp_batch.adapters.centralmcp import adopt  # noqa: E402
 from centralmcp_batch.bench import Run, ratios, rounds, summary  # noqa: E402
 from centralmcp_batch.host import HostHooks  # noqa: E402
+from centralmcp_batch.ratelimit.config import RATE, STORE_ENV  # noqa: E402
 
 STANDIN = HERE.parent / "tests" / "standins" / "centralmcp_router.py"
 TOOL = batch_tool.TOOL_NAME
@@ -66,8 +67,20 @@ class Plan:
 # -- the two routers ----------------------------------------------------------------------
 
 
+def lift_rate_limit() -> None:
+    """No rate limit to speak of, in a bucket of this process's own.
+
+    At the default of 8 calls a second the limiter, not the batch, would set every figure (a batch of
+    25 takes 3 s), and the default store is the user's shared SQLite file, which is not the benchmark's.
+    The token is still drawn on every path (loop, built-in, plugin), so its cost is the host's work.
+    """
+    os.environ[RATE.env] = "1000000"
+    os.environ[STORE_ENV] = "memory"
+
+
 def load_router(mode: str, label: str) -> ModuleType:
     """A fresh copy of the stand-in router over the benchmark backend."""
+    lift_rate_limit()
     os.environ["CENTRALMCP_ROUTER_MODE"] = mode
     spec = importlib.util.spec_from_file_location(f"standin_router_{label}", STANDIN)
     assert spec is not None and spec.loader is not None
