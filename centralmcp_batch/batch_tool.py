@@ -41,6 +41,8 @@ class _ToolObserver:
 
     def __init__(self, hooks: HostHooks, ctx: Optional[Any]) -> None:
         self.hooks, self.ctx = hooks, ctx
+        # Called in process without a Context there is nobody to tell: the engine skips progress.
+        self.reports_progress = ctx is not None
 
     async def batch_started(self, total: int) -> None:
         await self.hooks.batch_started(total)

@@ -20,13 +20,19 @@ from typing import Any, Optional
 SHORT_ERROR_CHARS = 80
 
 
+# What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` builds on
+# every call, made once: the encoder keeps no state between calls, and every item is sized with it.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode(value: Any) -> bytes:
     """The wire form the budget measures: compact JSON, UTF-8, no NaN or infinity."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def size(value: Any) -> int:
-    return len(encode(value))
+    text = _ENCODER.encode(value)
+    return len(text) if text.isascii() else len(text.encode())  # ASCII: as many bytes as characters
 
 
 class _Sized:
