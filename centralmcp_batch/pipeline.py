@@ -78,9 +78,8 @@ async def _call_backend(
         waiting = time.perf_counter()
         await hooks.acquire_rate_token(tool)
         await hooks.rate_token_waited(tool, time.perf_counter() - waiting)
-        with guards.dispatching() as deadline:
-            result = await hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
-    if deadline.cancelled_caught:
+        result, timed_out = await guards.dispatch(hooks.dispatch_read(tool, arguments, resume, max_bytes, context))
+    if timed_out:
         return Outcome("error", tool, error=f"TimeoutError: the backend call timed out after {guards.call_timeout:g}s")
     return classify(tool, result)
 
