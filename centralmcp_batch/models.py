@@ -138,7 +138,10 @@ def input_schema() -> dict[str, Any]:
     schema = BatchInput.model_json_schema()
     definitions = schema.pop("$defs", {})
     schema["properties"]["calls"]["items"] = definitions["BatchCall"]
-    return schema
+    # SDK 1.x's server checks every call's arguments with jsonschema.validate, which first checks
+    # this schema against its dialect's metaschema: draft-07's takes half the time of the 2020-12
+    # default (1.9 ms, not 4.3, a call). Every keyword here means the same in both.
+    return {"$schema": OUTPUT_DIALECT, **schema}
 
 
 # The published output schema is written out lean, not derived from the models above. The MCP
