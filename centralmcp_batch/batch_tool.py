@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 
 from . import _compat, budget, engine, models, pipeline
 from ._compat import Context
@@ -39,7 +39,7 @@ duplicate ids) is answered {{"ok": false, "error"}} with nothing run."""
 class _ToolObserver:
     """Engine events to the host's observer hooks and the client's progress notifications."""
 
-    def __init__(self, hooks: HostHooks, ctx: Optional[Any]) -> None:
+    def __init__(self, hooks: HostHooks, ctx: Any | None) -> None:
         self.hooks, self.ctx = hooks, ctx
         # Called in process without a Context there is nobody to tell: the engine skips progress.
         self.reports_progress = ctx is not None
@@ -62,7 +62,7 @@ class _ToolObserver:
             log.debug("progress notification failed", exc_info=True)
 
 
-async def run(hooks: HostHooks, calls: Any, ctx: Optional[Any] = None) -> dict[str, Any]:
+async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
     reader = pipeline.batch_reader(hooks, request=ctx)
     observer = _ToolObserver(hooks, ctx)
@@ -72,7 +72,9 @@ async def run(hooks: HostHooks, calls: Any, ctx: Optional[Any] = None) -> dict[s
 def register(server: Any, hooks: HostHooks) -> None:
     """Add the tool to ``server``; a server that already has one is a startup error."""
     if _compat.has_tool(server, TOOL_NAME):
-        raise HostContractError(f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch")
+        raise HostContractError(
+            f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch"
+        )
 
     # A plain dict, not a finished CallToolResult: a host that wraps its tool manager with
     # middleware (CentralMCP) hands the raw return value to each middleware, and those act on

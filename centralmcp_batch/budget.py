@@ -15,7 +15,7 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 SHORT_ERROR_CHARS = 80
 
@@ -38,7 +38,7 @@ def size(value: Any) -> int:
 class _Sized:
     """A response being shrunk, with its encoded size kept up to date item by item."""
 
-    def __init__(self, response: dict[str, Any], sizes: Optional[list[int]] = None) -> None:
+    def __init__(self, response: dict[str, Any], sizes: list[int] | None = None) -> None:
         self.response = response
         self.items: list[dict[str, Any]] = response["results"]
         self.sizes = list(sizes) if sizes is not None else [size(item) for item in self.items]
@@ -67,7 +67,7 @@ class _Sized:
         self._measure_envelope()
 
 
-def fit(response: dict[str, Any], budget: int, sizes: Optional[list[int]] = None) -> dict[str, Any]:
+def fit(response: dict[str, Any], budget: int, sizes: list[int] | None = None) -> dict[str, Any]:
     """Shrink ``response`` (in place) until its encoding is at most ``budget`` bytes.
 
     ``sizes``, when given, are the encoded sizes of ``response["results"]``, so a caller that

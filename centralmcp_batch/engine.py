@@ -12,9 +12,10 @@ import math
 import time
 import types
 from collections.abc import Awaitable, Coroutine, Generator, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager as AsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -46,18 +47,18 @@ class ValidCall:
     id: str
     name: str
     arguments: dict[str, Any]
-    cursor: Optional[str]
+    cursor: str | None
 
 
 @dataclass(frozen=True)
 class InvalidCall:
     index: int
-    id: Optional[str]
-    tool: Optional[str]
+    id: str | None
+    tool: str | None
     error: str
 
 
-Entry = Union[ValidCall, InvalidCall]
+Entry = ValidCall | InvalidCall
 
 
 class Guards:
@@ -67,7 +68,7 @@ class Guards:
     engine knows whether an entry reached its backend when the batch deadline passes.
     """
 
-    def __init__(self, call_timeout: float, server_caps: Optional[dict[Any, anyio.Semaphore]] = None) -> None:
+    def __init__(self, call_timeout: float, server_caps: dict[Any, anyio.Semaphore] | None = None) -> None:
         self.call_timeout = call_timeout
         self.dispatched = False
         self._caps = server_caps if server_caps is not None else {}
@@ -90,7 +91,7 @@ class Guards:
         self.dispatched = True
         return _bounded(call, self.call_timeout)
 
-    def _cap_for(self, tool: ToolRef) -> Optional[anyio.Semaphore]:
+    def _cap_for(self, tool: ToolRef) -> anyio.Semaphore | None:
         if not tool.concurrency or tool.concurrency < 1:
             return None
         key = (tool.server, tool.concurrency)
@@ -209,7 +210,7 @@ def describe(exc: BaseException) -> str:
 # -- whole-batch and per-entry checks -------------------------------------------------
 
 
-def check_batch(calls: Any) -> Optional[str]:
+def check_batch(calls: Any) -> str | None:
     if not isinstance(calls, list):
         return "calls must be a list"
     if not calls:
@@ -239,10 +240,10 @@ def parse_entry(index: int, raw: Any) -> Entry:
         problem = "cursor must be a string"
     if problem is not None:
         return InvalidCall(index, call_id, echo, problem)
-    return ValidCall(index, call_id, name, raw.get("arguments") or {}, raw.get("cursor"))
+    return ValidCall(index, call_id, cast(str, name), raw.get("arguments") or {}, raw.get("cursor"))  # checked above
 
 
-def _name_problem(name: Any) -> Optional[str]:
+def _name_problem(name: Any) -> str | None:
     if not isinstance(name, str) or not name:
         return "name must be a non-empty string"
     if len(name) > MAX_NAME_CHARS:
@@ -263,7 +264,7 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def _arguments_problem(arguments: Any) -> Optional[str]:
+def _arguments_problem(arguments: Any) -> str | None:
     if arguments is None:
         return None
     if not isinstance(arguments, dict):
@@ -292,7 +293,7 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
-def duplicate_id(entries: Sequence[Entry]) -> Optional[str]:
+def duplicate_id(entries: Sequence[Entry]) -> str | None:
     seen: set[str] = set()
     for entry in entries:
         if entry.id is None:
@@ -306,7 +307,9 @@ def duplicate_id(entries: Sequence[Entry]) -> Optional[str]:
 # -- items and the response -----------------------------------------------------------
 
 
-def make_item(index: int, call_id: Optional[str], tool: Optional[str], server: Optional[str], outcome: Outcome) -> dict[str, Any]:
+def make_item(
+    index: int, call_id: str | None, tool: str | None, server: str | None, outcome: Outcome
+) -> dict[str, Any]:
     item: dict[str, Any] = {"index": index, "id": call_id, "tool": tool, "server": server, "status": outcome.status}
     if outcome.status == "ok":
         item["result"] = outcome.result
@@ -345,7 +348,11 @@ def _encoded_item(item: dict[str, Any]) -> tuple[dict[str, Any], int]:
         return item, budget.size(item)
     except (TypeError, ValueError, RecursionError) as exc:
         keep = {key: item[key] for key in ("index", "id", "tool", "server")}
-        failed = {**keep, "status": "error", "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable"}
+        failed = {
+            **keep,
+            "status": "error",
+            "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable",
+        }
         return failed, budget.size(failed)
 
 
@@ -367,11 +374,18 @@ def assemble(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 class _Run:
     """One batch in flight: the entries, their items as they finish, and the shared limits."""
 
-    def __init__(self, entries: list[Entry], reader: Reader, settings: BatchSettings, observer: Observer, self_names: frozenset[str]) -> None:
+    def __init__(
+        self,
+        entries: list[Entry],
+        reader: Reader,
+        settings: BatchSettings,
+        observer: Observer,
+        self_names: frozenset[str],
+    ) -> None:
         n = len(entries)
         self.entries, self.reader, self.settings = entries, reader, settings
         self.observer, self.self_names = observer, self_names
-        self.items: list[Optional[dict[str, Any]]] = [None] * n
+        self.items: list[dict[str, Any] | None] = [None] * n
         self.sizes = [0] * n
         caps: dict[Any, anyio.Semaphore] = {}
         self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
@@ -391,7 +405,11 @@ class _Run:
         # Invalid entries are answered before the deadline starts, so it can only reach valid ones.
         for entry in self.entries:
             if isinstance(entry, InvalidCall):
-                await self.finish(entry.index, make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)), 0.0)
+                await self.finish(
+                    entry.index,
+                    make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error)),
+                    0.0,
+                )
         workers = min(self.settings.concurrency, len(valid))
         self.stop_at = time.monotonic() + self.settings.batch_timeout
         with anyio.move_on_after(self.settings.batch_timeout):
@@ -419,7 +437,9 @@ class _Run:
         started = time.perf_counter()
         outcome = await self.read(call)
         server = outcome.tool.server if outcome.tool else None
-        await self.finish(call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started)
+        await self.finish(
+            call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started
+        )
 
     async def read(self, call: ValidCall) -> Outcome:
         if call.name in self.self_names:
@@ -433,14 +453,15 @@ class _Run:
             return Outcome("error", error=describe(exc))
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
-        self.items[index], self.sizes[index] = _encoded_item(item)
-        await self.observer.item_completed(self.items[index], seconds)
+        item, self.sizes[index] = _encoded_item(item)
+        self.items[index] = item
+        await self.observer.item_completed(item, seconds)
         if not self.reports_progress:
             self.done += 1
             return
         async with self.progress_lock:
             self.done += 1
-            await self.observer.progress(self.done, len(self.entries), _progress_message(self.items[index]))
+            await self.observer.progress(self.done, len(self.entries), _progress_message(item))
 
     async def report_deadline(self) -> None:
         limit = self.settings.batch_timeout
@@ -477,7 +498,7 @@ async def run_batch(
     calls: Any,
     reader: Reader,
     settings: BatchSettings,
-    observer: Optional[Observer] = None,
+    observer: Observer | None = None,
     self_names: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Run one batch; per-entry problems become items, whole-batch problems a rejection."""
