@@ -41,8 +41,9 @@ class _ToolObserver:
 
     def __init__(self, hooks: HostHooks, ctx: Any | None) -> None:
         self.hooks, self.ctx = hooks, ctx
-        # Called in process without a Context there is nobody to tell: the engine skips progress.
-        self.reports_progress = ctx is not None
+        # Nobody to tell (called in process, or a request with no progress token): the engine
+        # then skips the progress lock and call on every entry.
+        self.reports_progress = _asks_for_progress(ctx)
 
     async def batch_started(self, total: int) -> None:
         await self.hooks.batch_started(total)
@@ -60,6 +61,19 @@ class _ToolObserver:
             await self.ctx.report_progress(done, total, message)
         except Exception:  # a client that went away must not fail the batch
             log.debug("progress notification failed", exc_info=True)
+
+
+def _asks_for_progress(ctx: Any | None) -> bool:
+    """False when a progress report could reach nobody; True whenever that is not plain."""
+    if ctx is None:
+        return False
+    if _compat.SDK_MAJOR >= 2:  # 2.x decides in its dispatcher: a token, or an in-process client's callback
+        return True
+    try:  # 1.x's report_progress sends only for the request's progressToken
+        meta = ctx.request_context.meta
+    except Exception:
+        return True
+    return meta is not None and getattr(meta, "progressToken", None) is not None
 
 
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
