@@ -33,7 +33,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 
@@ -44,6 +44,7 @@ from centralmcp_batch import _compat, batch_tool, bench, models  # noqa: E402 - 
 from centralmcp_batch.adapters.centralmcp import adopt  # noqa: E402
 from centralmcp_batch.bench import Run, ratios, rounds, summary  # noqa: E402
 from centralmcp_batch.host import HostHooks  # noqa: E402
+from centralmcp_batch.ratelimit.config import RATE, STORE_ENV  # noqa: E402
 
 STANDIN = HERE.parent / "tests" / "standins" / "centralmcp_router.py"
 TOOL = batch_tool.TOOL_NAME
@@ -66,8 +67,20 @@ class Plan:
 # -- the two routers ----------------------------------------------------------------------
 
 
+def lift_rate_limit() -> None:
+    """No rate limit to speak of, in a bucket of this process's own.
+
+    At the default of 8 calls a second the limiter, not the batch, would set every figure (a batch of
+    25 takes 3 s), and the default store is the user's shared SQLite file, which is not the benchmark's.
+    The token is still drawn on every path (loop, built-in, plugin), so its cost is the host's work.
+    """
+    os.environ[RATE.env] = "1000000"
+    os.environ[STORE_ENV] = "memory"
+
+
 def load_router(mode: str, label: str) -> ModuleType:
     """A fresh copy of the stand-in router over the benchmark backend."""
+    lift_rate_limit()
     os.environ["CENTRALMCP_ROUTER_MODE"] = mode
     spec = importlib.util.spec_from_file_location(f"standin_router_{label}", STANDIN)
     assert spec is not None and spec.loader is not None
@@ -143,15 +156,19 @@ async def in_process_scenario(plan: Plan, routers: Routers) -> list[dict[str, An
     for n in (1, 25):
         calls = calls_of(n)
         samples = await sampled(in_process_variants(routers, calls), plan)
-        rows.append({
-            "n": n,
-            "loop_us": summary(samples["loop"], 1e6),
-            "builtin_us": summary(samples["builtin"], 1e6),
-            "plugin_us": summary(samples["plugin"], 1e6),
-            "plugin_over_loop": summary(ratios(samples["plugin"], samples["loop"])),
-            "plugin_over_builtin": summary(ratios(samples["plugin"], samples["builtin"])),
-            "own_us_per_entry": summary([(p - lp) / n for p, lp in zip(samples["plugin"], samples["loop"])], 1e6),
-        })
+        rows.append(
+            {
+                "n": n,
+                "loop_us": summary(samples["loop"], 1e6),
+                "builtin_us": summary(samples["builtin"], 1e6),
+                "plugin_us": summary(samples["plugin"], 1e6),
+                "plugin_over_loop": summary(ratios(samples["plugin"], samples["loop"])),
+                "plugin_over_builtin": summary(ratios(samples["plugin"], samples["builtin"])),
+                "own_us_per_entry": summary(
+                    [(p - lp) / n for p, lp in zip(samples["plugin"], samples["loop"], strict=True)], 1e6
+                ),
+            }
+        )
     return rows
 
 
@@ -291,8 +308,14 @@ async def memory_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     rows = []
     for where in ("in process", "MCP session"):
         plugin, builtin = peaks[f"{where}: plugin"], peaks[f"{where}: built-in"]
-        rows.append({"where": where, "plugin_mb": summary(plugin, 1e-6), "baseline_mb": summary(builtin, 1e-6),
-                     "plugin_over_baseline": summary(ratios(plugin, builtin))})
+        rows.append(
+            {
+                "where": where,
+                "plugin_mb": summary(plugin, 1e-6),
+                "baseline_mb": summary(builtin, 1e-6),
+                "plugin_over_baseline": summary(ratios(plugin, builtin)),
+            }
+        )
     return rows
 
 
@@ -313,7 +336,7 @@ def serve(which: str, port: int) -> None:
 @asynccontextmanager
 async def served(which: str) -> AsyncIterator[str]:
     port = bench.free_port()
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, after the server's exit
     command = [sys.executable, str(Path(__file__).resolve()), "--serve", which, "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -365,13 +388,15 @@ async def http_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
         for _ in range(plan.repeat):
             for which in ("builtin", "plugin"):
                 rates[which].append(await entries_per_second(clients[which], plan.http_seconds, checks[which]))
-    return [{
-        "clients": HTTP_CLIENTS,
-        "n": 25,
-        "plugin_entries_per_s": summary(rates["plugin"]),
-        "baseline_entries_per_s": summary(rates["builtin"]),
-        "plugin_over_baseline": summary(ratios(rates["plugin"], rates["builtin"])),
-    }]
+    return [
+        {
+            "clients": HTTP_CLIENTS,
+            "n": 25,
+            "plugin_entries_per_s": summary(rates["plugin"]),
+            "baseline_entries_per_s": summary(rates["builtin"]),
+            "plugin_over_baseline": summary(ratios(rates["plugin"], rates["builtin"])),
+        }
+    ]
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -463,7 +488,7 @@ def render(report: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description="centralmcp-batch against a CentralMCP-style sequential baseline")
     cli.add_argument("--quick", action="store_true", help="a tiny run that only shows it works")
     cli.add_argument("--repeat", type=int, help="rounds per figure (default 7; 1 with --quick)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 
 from . import _compat, budget, engine, models, pipeline
 from ._compat import Context
@@ -39,8 +39,11 @@ duplicate ids) is answered {{"ok": false, "error"}} with nothing run."""
 class _ToolObserver:
     """Engine events to the host's observer hooks and the client's progress notifications."""
 
-    def __init__(self, hooks: HostHooks, ctx: Optional[Any]) -> None:
+    def __init__(self, hooks: HostHooks, ctx: Any | None) -> None:
         self.hooks, self.ctx = hooks, ctx
+        # Nobody to tell (called in process, or a request with no progress token): the engine
+        # then skips the progress lock and call on every entry.
+        self.reports_progress = _asks_for_progress(ctx)
 
     async def batch_started(self, total: int) -> None:
         await self.hooks.batch_started(total)
@@ -60,7 +63,20 @@ class _ToolObserver:
             log.debug("progress notification failed", exc_info=True)
 
 
-async def run(hooks: HostHooks, calls: Any, ctx: Optional[Any] = None) -> dict[str, Any]:
+def _asks_for_progress(ctx: Any | None) -> bool:
+    """False when a progress report could reach nobody; True whenever that is not plain."""
+    if ctx is None:
+        return False
+    if _compat.SDK_MAJOR >= 2:  # 2.x decides in its dispatcher: a token, or an in-process client's callback
+        return True
+    try:  # 1.x's report_progress sends only for the request's progressToken
+        meta = ctx.request_context.meta
+    except Exception:
+        return True
+    return meta is not None and getattr(meta, "progressToken", None) is not None
+
+
+async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
     reader = pipeline.batch_reader(hooks, request=ctx)
     observer = _ToolObserver(hooks, ctx)
@@ -70,7 +86,9 @@ async def run(hooks: HostHooks, calls: Any, ctx: Optional[Any] = None) -> dict[s
 def register(server: Any, hooks: HostHooks) -> None:
     """Add the tool to ``server``; a server that already has one is a startup error."""
     if _compat.has_tool(server, TOOL_NAME):
-        raise HostContractError(f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch")
+        raise HostContractError(
+            f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch"
+        )
 
     # A plain dict, not a finished CallToolResult: a host that wraps its tool manager with
     # middleware (CentralMCP) hands the raw return value to each middleware, and those act on

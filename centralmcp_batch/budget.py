@@ -15,24 +15,30 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 SHORT_ERROR_CHARS = 80
 
 
+# What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` builds on
+# every call, made once: the encoder keeps no state between calls, and every item is sized with it.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode(value: Any) -> bytes:
     """The wire form the budget measures: compact JSON, UTF-8, no NaN or infinity."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def size(value: Any) -> int:
-    return len(encode(value))
+    text = _ENCODER.encode(value)
+    return len(text) if text.isascii() else len(text.encode())  # ASCII: as many bytes as characters
 
 
 class _Sized:
     """A response being shrunk, with its encoded size kept up to date item by item."""
 
-    def __init__(self, response: dict[str, Any], sizes: Optional[list[int]] = None) -> None:
+    def __init__(self, response: dict[str, Any], sizes: list[int] | None = None) -> None:
         self.response = response
         self.items: list[dict[str, Any]] = response["results"]
         self.sizes = list(sizes) if sizes is not None else [size(item) for item in self.items]
@@ -61,7 +67,7 @@ class _Sized:
         self._measure_envelope()
 
 
-def fit(response: dict[str, Any], budget: int, sizes: Optional[list[int]] = None) -> dict[str, Any]:
+def fit(response: dict[str, Any], budget: int, sizes: list[int] | None = None) -> dict[str, Any]:
     """Shrink ``response`` (in place) until its encoding is at most ``budget`` bytes.
 
     ``sizes``, when given, are the encoded sizes of ``response["results"]``, so a caller that

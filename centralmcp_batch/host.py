@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import CoroutineType
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pluggy
 
@@ -60,14 +60,15 @@ class HostHooks:
             self._plain_exec = None  # already monitored: always go through pluggy
         self._plans: dict[str, tuple[list[Any], Any]] = {}  # hook name -> (its implementations, what was made of them)
 
-    def _plan(self, name: str) -> Optional[list[Impl]]:
+    def _plan(self, name: str) -> list[Impl] | None:
         """The hook's implementations in calling order, or None when pluggy must make the call."""
         if self._plain_exec is None or getattr(self.pluginmanager, "_inner_hookexec", None) is not self._plain_exec:
             return None  # call monitoring or tracing was switched on: it must see every call
         impls = getattr(self._hook, name).get_hookimpls()
         cached = self._plans.get(name)
         if cached is not None and cached[0] == impls:
-            return cached[1]
+            known: list[Impl] | None = cached[1]
+            return known
         wrapped = any(impl.hookwrapper or impl.wrapper for impl in impls)
         plan = None if wrapped else [(impl.function, impl.argnames) for impl in reversed(impls)]
         self._plans[name] = (impls, plan)
@@ -96,10 +97,11 @@ class HostHooks:
                 answers.append(answer)
         return answers
 
-    async def find_tool(self, name: str) -> Optional[ToolRef]:
-        return await await_me_maybe(self._call_first("centralmcp_find_tool", name=name))
+    async def find_tool(self, name: str) -> ToolRef | None:
+        tool: ToolRef | None = await await_me_maybe(self._call_first("centralmcp_find_tool", name=name))
+        return tool  # whatever the host answered: read_one checks that it is a ToolRef
 
-    async def read_gate(self, tool: ToolRef) -> Optional[str]:
+    async def read_gate(self, tool: ToolRef) -> str | None:
         """None allows; otherwise the first refusal. Fails closed on a raise or a missing gate."""
         plan = self._plan("centralmcp_read_gate")
         if not (plan if plan is not None else self._hook.centralmcp_read_gate.get_hookimpls()):
@@ -144,7 +146,11 @@ class HostHooks:
     ) -> Any:
         answer = self._call_first(
             "centralmcp_dispatch_read",
-            tool=tool, arguments=arguments, resume=resume, max_bytes=max_bytes, context=context,
+            tool=tool,
+            arguments=arguments,
+            resume=resume,
+            max_bytes=max_bytes,
+            context=context,
         )
         return await await_me_maybe(answer)
 

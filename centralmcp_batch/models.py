@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
@@ -30,9 +30,9 @@ class ToolRef:
     """
 
     name: str
-    server: Optional[str]
+    server: str | None
     annotations: Mapping[str, Any] = field(default_factory=dict)
-    concurrency: Optional[int] = None
+    concurrency: int | None = None
 
     @property
     def read_only(self) -> bool:
@@ -47,8 +47,8 @@ class CallContext:
     may be None); a host may use it for logging or progress of its own.
     """
 
-    index: Optional[int]
-    call_id: Optional[str]
+    index: int | None
+    call_id: str | None
     in_batch: bool
     request: Any = None
 
@@ -58,41 +58,50 @@ class BatchCall(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="The backend tool's name, as find_tool returns it.")
-    arguments: Optional[dict[str, Any]] = Field(
-        default=None,
-        description=f"The tool's arguments; at most {MAX_ARGUMENT_BYTES} bytes as JSON, nested at most {MAX_ARGUMENT_DEPTH} levels.",
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, description="The backend tool's name, as find_tool returns it."
     )
-    id: Optional[str] = Field(
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            f"The tool's arguments; at most {MAX_ARGUMENT_BYTES} bytes as JSON, "
+            f"nested at most {MAX_ARGUMENT_DEPTH} levels."
+        ),
+    )
+    id: str | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_ID_CHARS,
         description="Correlates the result with this call; unique in the batch. Defaults to the index as a string.",
     )
-    cursor: Optional[str] = Field(default=None, description="A next_cursor from an earlier clipped read of the same tool and arguments.")
+    cursor: str | None = Field(
+        default=None, description="A next_cursor from an earlier clipped read of the same tool and arguments."
+    )
 
 
 class BatchInput(BaseModel):
-    calls: list[BatchCall] = Field(min_length=1, max_length=MAX_CALLS, description="The read calls, answered in this order.")
+    calls: list[BatchCall] = Field(
+        min_length=1, max_length=MAX_CALLS, description="The read calls, answered in this order."
+    )
 
 
 class BatchItem(BaseModel):
     """One entry's outcome. Keys come in this order: index, id, tool, server, status, then result or error."""
 
     index: int
-    id: Optional[str]
-    tool: Optional[str]
-    server: Optional[str]
+    id: str | None
+    tool: str | None
+    server: str | None
     status: Status
     result: Any = None
-    result_truncated: Optional[bool] = None
-    error: Optional[str] = None
-    error_truncated: Optional[bool] = None
+    result_truncated: bool | None = None
+    error: str | None = None
+    error_truncated: bool | None = None
 
 
 class SkeletonItem(BaseModel):
     index: int
-    id: Optional[str]
+    id: str | None
     status: Status
 
 
@@ -104,14 +113,20 @@ class Counts(BaseModel):
 
 class BatchResponse(BaseModel):
     ok: bool
-    results: list[Union[BatchItem, SkeletonItem]]
+    results: list[BatchItem | SkeletonItem]
     counts: Counts
-    failed_ids: list[Optional[str]]
+    failed_ids: list[str | None]
     failed_indexes: list[int]
     truncated: bool
-    skeleton: Optional[bool] = Field(default=None, description="True when results were reduced to index, id and status to fit the budget.")
-    omitted: Optional[int] = Field(default=None, description="Skeleton items left out, last first, because even the skeleton did not fit.")
-    failed_ids_truncated: Optional[bool] = Field(default=None, description="True when failed_ids was cut from the end to fit; failed_indexes stays whole.")
+    skeleton: bool | None = Field(
+        default=None, description="True when results were reduced to index, id and status to fit the budget."
+    )
+    omitted: int | None = Field(
+        default=None, description="Skeleton items left out, last first, because even the skeleton did not fit."
+    )
+    failed_ids_truncated: bool | None = Field(
+        default=None, description="True when failed_ids was cut from the end to fit; failed_indexes stays whole."
+    )
 
 
 @dataclass
@@ -119,9 +134,9 @@ class Outcome:
     """What one read came to, before it becomes a batch item or a single-call answer."""
 
     status: Status
-    tool: Optional[ToolRef] = None
+    tool: ToolRef | None = None
     result: Any = None
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class BatchRejection(BaseModel):
@@ -129,7 +144,7 @@ class BatchRejection(BaseModel):
     error: str
 
 
-class BatchOutcome(RootModel[Union[BatchResponse, BatchRejection]]):
+class BatchOutcome(RootModel[BatchResponse | BatchRejection]):
     pass
 
 
@@ -137,8 +152,29 @@ def input_schema() -> dict[str, Any]:
     """The schema clients read: the call object with its bounds, inlined (some clients skip $ref)."""
     schema = BatchInput.model_json_schema()
     definitions = schema.pop("$defs", {})
-    schema["properties"]["calls"]["items"] = definitions["BatchCall"]
-    return schema
+    entry = definitions["BatchCall"]
+    entry["properties"] = {name: _nullable_as_type(field) for name, field in entry["properties"].items()}
+    schema["properties"]["calls"]["items"] = entry
+    # SDK 1.x's server checks every call's arguments with jsonschema.validate, which first checks
+    # this schema against its dialect's metaschema: draft-07's takes half the time of the 2020-12
+    # default (1.9 ms, not 4.3, a call). Every keyword here means the same in both.
+    return {"$schema": OUTPUT_DIALECT, **schema}
+
+
+def _nullable_as_type(field: dict[str, Any]) -> dict[str, Any]:
+    """pydantic's ``anyOf: [{type: T, ...}, {type: null}]`` as ``type: [T, null]`` with the same bounds.
+
+    The same meaning (string and object bounds do not apply to null), checked without trying two
+    branches per field of every entry: the larger part of SDK 1.x's input check of 25 entries.
+    """
+    branches = field.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and branches[1] == {"type": "null"}):
+        return field
+    typed = branches[0]
+    if not isinstance(typed.get("type"), str):
+        return field
+    merged = {key: value for key, value in field.items() if key != "anyOf"}
+    return {**merged, **typed, "type": [typed["type"], "null"]}
 
 
 # The published output schema is written out lean, not derived from the models above. The MCP

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from .engine import Guards, ValidCall, describe, must_propagate
 from .errors import InvalidCursor
@@ -29,7 +29,7 @@ async def read_one(
     hooks: HostHooks,
     name: str,
     arguments: Mapping[str, Any],
-    cursor: Optional[str],
+    cursor: str | None,
     *,
     max_bytes: int,
     context: CallContext,
@@ -41,13 +41,15 @@ async def read_one(
     them: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of the event loop from
     the task they escape, so catching them any further out would be too late.
     """
-    tool: Optional[ToolRef] = None
+    tool: ToolRef | None = None
     try:
         tool = await hooks.find_tool(name)
         if tool is None:
             return Outcome("unknown_tool", error=unknown_tool_message(name))
         if not isinstance(tool, ToolRef):
-            return Outcome("error", error=f"TypeError: centralmcp_find_tool answered a {type(tool).__name__}, not a ToolRef")
+            return Outcome(
+                "error", error=f"TypeError: centralmcp_find_tool answered a {type(tool).__name__}, not a ToolRef"
+            )
         refusal = await hooks.read_gate(tool)
         if refusal is not None:
             return Outcome("blocked", tool, error=refusal)
@@ -78,9 +80,8 @@ async def _call_backend(
         waiting = time.perf_counter()
         await hooks.acquire_rate_token(tool)
         await hooks.rate_token_waited(tool, time.perf_counter() - waiting)
-        with guards.dispatching() as deadline:
-            result = await hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
-    if deadline.cancelled_caught:
+        result, timed_out = await guards.dispatch(hooks.dispatch_read(tool, arguments, resume, max_bytes, context))
+    if timed_out:
         return Outcome("error", tool, error=f"TimeoutError: the backend call timed out after {guards.call_timeout:g}s")
     return classify(tool, result)
 
@@ -101,6 +102,8 @@ def batch_reader(hooks: HostHooks, request: Any = None):  # type: ignore[no-unty
 
     async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
         context = CallContext(index=call.index, call_id=call.id, in_batch=True, request=request)
-        return await read_one(hooks, call.name, call.arguments, call.cursor, max_bytes=max_bytes, context=context, guards=guards)
+        return await read_one(
+            hooks, call.name, call.arguments, call.cursor, max_bytes=max_bytes, context=context, guards=guards
+        )
 
     return read

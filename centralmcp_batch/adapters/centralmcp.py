@@ -15,7 +15,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import pluggy
 
@@ -28,7 +28,9 @@ from ..ratelimit import RateLimiter, limiter_from_env
 
 log = logging.getLogger(__name__)
 
-NOT_READ_ONLY = "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+NOT_READ_ONLY = (
+    "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
 
 
 class CentralMCPHooks:
@@ -44,14 +46,14 @@ class CentralMCPHooks:
         return self.router._tool_index.get(name)
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         tool = self._backend_tool(name)
         if tool is None:
             return None
         return ToolRef(name, self.router._tool_backend_names.get(name), _compat.annotations_dict(tool.annotations))
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         # The router's own tool object decides, as invoke_read_tool does: readOnlyHint and nothing else.
         backend_tool = self._backend_tool(tool.name)
         flags = _compat.annotations_dict(getattr(backend_tool, "annotations", None))
@@ -61,16 +63,25 @@ class CentralMCPHooks:
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> int:
         canonical = self.router._strip_null_arguments(dict(arguments))
         try:
-            return self.router._decode_and_verify_continuation_cursor(cursor, name=tool.name, arguments=canonical)
+            offset: int = self.router._decode_and_verify_continuation_cursor(
+                cursor, name=tool.name, arguments=canonical
+            )
+            return offset
         except self.router.CursorError as exc:
             raise InvalidCursor(str(exc)) from None
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
+    ) -> Any:
         self.router._load_all_backends()
         backend = self.router._tool_servers.get(tool.name)
         if backend is None:
-            return {"error": f"Unknown tool '{tool.name}'. Use find_tool to discover.", "tool": tool.name, "status": "unknown_tool"}
+            return {
+                "error": f"Unknown tool '{tool.name}'. Use find_tool to discover.",
+                "tool": tool.name,
+                "status": "unknown_tool",
+            }
         args = self.router._strip_null_arguments(dict(arguments))
         try:  # the router's Context goes through, as invoke_read_tool forwards it
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
@@ -99,7 +110,7 @@ class SharedRateGate:
     Both limits hold: the account's across every process, and whatever the router's own bucket enforces.
     """
 
-    def __init__(self, limiter: RateLimiter, own: Optional[Callable[[], Awaitable[None]]]) -> None:
+    def __init__(self, limiter: RateLimiter, own: Callable[[], Awaitable[None]] | None) -> None:
         self.limiter, self.own = limiter, own
 
     async def __call__(self) -> None:
@@ -115,15 +126,18 @@ def install_shared_rate_gate(router: ModuleType, limiter: RateLimiter) -> None:
         return
     install = router.set_dispatch_rate_gate
 
-    def set_dispatch_rate_gate(gate: Optional[Callable[[], Awaitable[None]]]) -> None:
+    def set_dispatch_rate_gate(gate: Callable[[], Awaitable[None]] | None) -> None:
         install(SharedRateGate(limiter, gate))
 
     set_dispatch_rate_gate(current)
-    router.set_dispatch_rate_gate = set_dispatch_rate_gate  # the router's start-up calls it by this name
+    # The router's start-up calls it by this name; ModuleType declares no such attribute.
+    router.set_dispatch_rate_gate = set_dispatch_rate_gate  # type: ignore[attr-defined]
 
 
 def has_rate_gate(router: ModuleType) -> bool:
-    return callable(getattr(router, "set_dispatch_rate_gate", None)) and callable(getattr(router, "_await_dispatch_rate_gate", None))
+    return callable(getattr(router, "set_dispatch_rate_gate", None)) and callable(
+        getattr(router, "_await_dispatch_rate_gate", None)
+    )
 
 
 def host_plugins(router: ModuleType) -> list[object]:
@@ -140,9 +154,7 @@ def host_plugins(router: ModuleType) -> list[object]:
     return plugins
 
 
-def adopt(
-    router: ModuleType, *, replace: bool = True, rate_limiter: Optional[RateLimiter] = None
-) -> pluggy.PluginManager:
+def adopt(router: ModuleType, *, replace: bool = True, rate_limiter: RateLimiter | None = None) -> pluggy.PluginManager:
     """Publish ``invoke_read_tool_batch`` on ``router.mcp`` over the router's own parts.
 
     The same call serves every router mode. In minimal mode the router has no batch and this
@@ -157,7 +169,9 @@ def adopt(
     server = router.mcp
     if _compat.has_tool(server, TOOL_NAME):
         if not replace:
-            raise HostContractError(f"router {router.__name__!r} already publishes {TOOL_NAME!r} and replace=False was passed")
+            raise HostContractError(
+                f"router {router.__name__!r} already publishes {TOOL_NAME!r} and replace=False was passed"
+            )
         log.info("router %r: centralmcp-batch's %s replaces the router's own", router.__name__, TOOL_NAME)
         _compat.remove_tool(server, TOOL_NAME)
     if has_rate_gate(router):
@@ -214,7 +228,12 @@ def adopted_output_schema() -> dict[str, Any]:
     """
     own = dict(models.output_schema())
     definitions = own.pop("$defs", None)
+    # The dialect belongs at the root: jsonschema reads it there only, and without it checks every
+    # answer's schema against the 2020-12 metaschema, 3x slower on SDK 1.x (4.6 ms a side, not 1.4).
+    dialect = own.pop("$schema", None)
     schema: dict[str, Any] = {"type": "object", "anyOf": [own, ENVELOPE_SCHEMA]}
+    if dialect is not None:
+        schema = {"$schema": dialect, **schema}
     if definitions is not None:  # $ref paths point at the root's $defs
         schema["$defs"] = definitions
     return schema
