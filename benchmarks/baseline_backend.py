@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+from standins.centralmcp_shared import READ_ONLY
 
 from centralmcp_batch import _compat
-from standins.centralmcp_shared import READ_ONLY
 
 mcp = _compat.new_server("bench")
 ROW = "x" * 1000

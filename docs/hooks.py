@@ -66,7 +66,9 @@ def settings_table(manifest: Mapping[str, Any], known: Iterable[settings.Setting
 
 def specs() -> list[tuple[str, Any]]:
     """Every hookspec, in the order the contract module defines them."""
-    found = [(name, spec) for name, spec in vars(hookspecs).items() if name.startswith("centralmcp_") and callable(spec)]
+    found = [
+        (name, spec) for name, spec in vars(hookspecs).items() if name.startswith("centralmcp_") and callable(spec)
+    ]
     return found
 
 
@@ -93,7 +95,8 @@ def hooks_table(manifest: Mapping[str, Any]) -> str:
         if not summary:
             raise DocsDrift(f"hookspec {name} has no docstring")
         answers = "the first that is not None" if firstresult else "every implementation"
-        rows.append(f"| [`{name}({arguments})`](#centralmcp_batch.hookspecs.{name}) | {_role(name, hooks)} | {answers} | {summary} |")
+        reference = f"[`{name}({arguments})`](#centralmcp_batch.hookspecs.{name})"
+        rows.append(f"| {reference} | {_role(name, hooks)} | {answers} | {summary} |")
     return "\n".join(rows)
 
 

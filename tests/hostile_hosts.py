@@ -7,9 +7,9 @@ any such value found in a batch response was echoed by the plugin itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
 
@@ -75,12 +75,12 @@ class HostileHost:
     cancelled: int = 0
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         behaviour = self.behaviours.get(name)
         return None if behaviour is None else ToolRef(name, "hostile", dict(behaviour.annotations))
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
 
     @hookimpl
@@ -94,7 +94,9 @@ class HostileHost:
         await anyio.sleep(0)
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
+    ) -> Any:
         self.dispatched.append(tool.name)
         self.running += 1
         try:

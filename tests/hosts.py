@@ -10,10 +10,10 @@ their cancellation, so a test can hold the plugin to what it promises.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from types import SimpleNamespace
+from typing import Any
 
 import anyio
 
@@ -79,7 +79,17 @@ SELF_TOOL = "invoke_read_tool_batch"
 # The router's own tools: the catalog does not list them, so they are unknown to a batch.
 ROUTER_TOOLS = ("find_tool", "invoke_read_tool", "invoke_tool")
 # JSON-safe tools: those whose answers an MCP client can receive as they are.
-JSON_SAFE_TOOLS = ("read_ok", "read_empty", "read_big", "read_huge", "read_error_dict", "read_kept_status", "read_raises", "read_long_error", HANGING)
+JSON_SAFE_TOOLS = (
+    "read_ok",
+    "read_empty",
+    "read_big",
+    "read_huge",
+    "read_error_dict",
+    "read_kept_status",
+    "read_raises",
+    "read_long_error",
+    HANGING,
+)
 
 
 def valid_cursor(name: str, page: int) -> str:
@@ -110,11 +120,11 @@ class HostileHost:
         self.catalog[SELF_TOOL] = ToolRef(SELF_TOOL, "router", dict(READ))
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return self.catalog.get(name)
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         if tool.read_only and tool.annotations.get("destructiveHint") is not True:
             return None
         return f"Tool '{tool.name}' is not read-only: use invoke_tool."
@@ -124,7 +134,7 @@ class HostileHost:
         if cursor.startswith(CURSOR_HOOK_FAILS):
             raise BackendExploded("the cursor store is down")
         prefix = valid_cursor(tool.name, 0)[:-1]
-        page = cursor[len(prefix):]
+        page = cursor[len(prefix) :]
         if not cursor.startswith(prefix) or not (page.isascii() and page.isdigit()):  # int() refuses "²"
             raise InvalidCursor("cursor was not issued for this tool and these arguments")
         return int(page)
@@ -136,7 +146,9 @@ class HostileHost:
             raise BackendExploded("the rate limiter is down")  # logged by the plugin; the call proceeds
 
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
+    ) -> Any:
         self.dispatched.append(tool.name)
         self._enter(tool)
         try:

@@ -14,11 +14,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from standins import monitoring_backend
 
 from centralmcp_batch import HostContractError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.testing import HostConformance, call
-from standins import monitoring_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -72,7 +72,10 @@ async def batch(router: ModuleType, calls: list[dict[str, Any]]) -> dict[str, An
 
 
 def refusal(name: str) -> str:
-    return f"Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+    return (
+        f"Tool '{name}' is not read-only. "
+        "Use invoke_tool only after explicit user intent for write/destructive actions."
+    )
 
 
 async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: ModuleType) -> None:
@@ -83,14 +86,26 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
     assert hooks.centralmcp_find_tool(name="reboot_device").annotations["destructiveHint"] is True
     assert hooks.centralmcp_find_tool(name="list_sites").server == "aruba-config"
     assert hooks.centralmcp_find_tool(name="no_such_tool") is None
-    monitoring = {"list_devices", "get_device", "get_device_events", "get_radio_stats", "get_webhook", "check_webhook_secret", "ping_device"}
+    monitoring = {
+        "list_devices",
+        "get_device",
+        "get_device_events",
+        "get_radio_stats",
+        "get_webhook",
+        "check_webhook_secret",
+        "ping_device",
+    }
     assert set(router._tool_index) == monitoring | {"list_sites", "rename_site", "reboot_device"}
     assert {router._tool_backend_names[n] for n in monitoring} == {"aruba-monitoring"}
 
 
-async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_message(adopted: ModuleType, tokens: Tokens) -> None:
+async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_message(
+    adopted: ModuleType, tokens: Tokens
+) -> None:
     names = ["rename_site", "reboot_device", "ping_device"]
-    response = await batch(adopted, [{"name": n, "arguments": {"serial": "x", "site_id": "hq", "name": "y"}} for n in names])
+    response = await batch(
+        adopted, [{"name": n, "arguments": {"serial": "x", "site_id": "hq", "name": "y"}} for n in names]
+    )
     assert [(i["status"], i["error"]) for i in response["results"]] == [("blocked", refusal(n)) for n in names]
     assert [i["server"] for i in response["results"]] == ["aruba-config", "aruba-config", "aruba-monitoring"]
     single = await call(adopted.mcp, "invoke_read_tool", {"name": "ping_device", "arguments": {"serial": "x"}})
@@ -99,7 +114,9 @@ async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_mes
 
 
 async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: ModuleType) -> None:
-    single = (await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})).payload
+    single = (
+        await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})
+    ).payload
     assert single["_response_bounds"]["resumable"] is True and len(single["devices"]) == 200
     first = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]["result"]
     assert first["devices"] == single["devices"]
@@ -107,25 +124,40 @@ async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: Mod
         {"id": "from-single", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": single["next_cursor"]},
         {"id": "from-batch", "name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": first["next_cursor"]},
         # null arguments are dropped before the digest, as the router's own invoke_read_tool does
-        {"id": "with-null", "name": "list_devices", "arguments": {"site_id": "hq", "count": None}, "cursor": single["next_cursor"]},
+        {
+            "id": "with-null",
+            "name": "list_devices",
+            "arguments": {"site_id": "hq", "count": None},
+            "cursor": single["next_cursor"],
+        },
     ]
     results = (await batch(adopted, calls))["results"]
     for item in results:
         assert item["status"] == "ok"
         assert item["result"]["devices"][0]["serial"] == "SN00200" and item["result"]["_pagination"]["offset"] == 200
     third = results[0]["result"]["next_cursor"]
-    last = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": third}]))["results"][0]["result"]
-    assert [d["serial"] for d in last["devices"]] == [f"SN{i:05d}" for i in range(400, 450)] and "next_cursor" not in last
+    last = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": third}]))[
+        "results"
+    ][0]["result"]
+    assert [d["serial"] for d in last["devices"]] == [
+        f"SN{i:05d}" for i in range(400, 450)
+    ] and "next_cursor" not in last
 
 
-async def test_a_cursor_for_other_arguments_or_tampered_is_invalid_and_never_dispatched(adopted: ModuleType, tokens: Tokens) -> None:
+async def test_a_cursor_for_other_arguments_or_tampered_is_invalid_and_never_dispatched(
+    adopted: ModuleType, tokens: Tokens
+) -> None:
     first = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]["result"]
     before = (tokens.count, len(monitoring_backend.calls))
     cursor = first["next_cursor"]
     calls = [
         {"name": "list_devices", "arguments": {"site_id": "branch"}, "cursor": cursor},
         {"name": "get_device", "arguments": {"serial": "x"}, "cursor": cursor},
-        {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")},
+        {
+            "name": "list_devices",
+            "arguments": {"site_id": "hq"},
+            "cursor": cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB"),
+        },
     ]
     results = (await batch(adopted, calls))["results"]
     assert [(i["status"], i["error"]) for i in results] == [
@@ -136,12 +168,19 @@ async def test_a_cursor_for_other_arguments_or_tampered_is_invalid_and_never_dis
     assert (tokens.count, len(monitoring_backend.calls)) == before
 
 
-async def test_exactly_one_router_token_per_backend_call_as_its_single_reads_draw(adopted: ModuleType, tokens: Tokens) -> None:
+async def test_exactly_one_router_token_per_backend_call_as_its_single_reads_draw(
+    adopted: ModuleType, tokens: Tokens
+) -> None:
     for _ in range(2):
         await call(adopted.mcp, "invoke_read_tool", {"name": "get_device", "arguments": {"serial": "a"}})
     assert tokens.count == 2
     calls = [{"name": "get_device", "arguments": {"serial": f"s{i}"}} for i in range(4)]
-    calls += [{"name": "reboot_device", "arguments": {"serial": "x"}}, {"name": "nope"}, {"name": 7}, {"name": "list_sites"}]
+    calls += [
+        {"name": "reboot_device", "arguments": {"serial": "x"}},
+        {"name": "nope"},
+        {"name": 7},
+        {"name": "list_sites"},
+    ]
     response = await batch(adopted, calls)
     assert [i["status"] for i in response["results"]] == ["ok"] * 4 + ["blocked", "unknown_tool", "invalid_call", "ok"]
     assert tokens.count == len(monitoring_backend.calls) == 2 + 5
@@ -156,7 +195,9 @@ async def test_a_rate_gate_installed_after_adoption_is_drawn_from(router: Module
     assert response["ok"] is True and gate.count == 3
 
 
-async def test_a_failing_rate_gate_fails_open_as_the_router_decides(router: ModuleType, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failing_rate_gate_fails_open_as_the_router_decides(
+    router: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
     async def broken() -> None:
         raise ConnectionError("limiter down")
 
@@ -169,7 +210,10 @@ async def test_a_failing_rate_gate_fails_open_as_the_router_decides(router: Modu
 
 
 async def test_a_backend_failure_is_that_entrys_error_in_the_routers_shape(adopted: ModuleType, tokens: Tokens) -> None:
-    calls = [{"name": "get_radio_stats", "arguments": {"serial": "AP1"}}, {"name": "get_device", "arguments": {"serial": "AP1"}}]
+    calls = [
+        {"name": "get_radio_stats", "arguments": {"serial": "AP1"}},
+        {"name": "get_device", "arguments": {"serial": "AP1"}},
+    ]
     response = await batch(adopted, calls)
     failed, fine = response["results"]
     assert failed["status"] == "error" and failed["server"] == "aruba-monitoring"
@@ -188,9 +232,14 @@ async def test_backends_are_handed_the_batch_calls_context(adopted: ModuleType) 
     assert ids[0] == ids[1] != ids[2] and "None" not in ids
 
 
-async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(adopted: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(
+    adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "8192")
-    calls = [{"name": "list_devices", "arguments": {"site_id": "hq", "count": 150}}, {"name": "get_device", "arguments": {"serial": "a"}}]
+    calls = [
+        {"name": "list_devices", "arguments": {"site_id": "hq", "count": 150}},
+        {"name": "get_device", "arguments": {"serial": "a"}},
+    ]
     response = await batch(adopted, calls)
     page = response["results"][0]["result"]
     bounds = page["_response_bounds"]
@@ -200,11 +249,17 @@ async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budg
     assert 0 < len(page["devices"]) < 150 and response["results"][1]["result"] == {"serial": "a", "status": "up"}
 
 
-async def test_a_router_bounding_without_max_bytes_is_called_without_it(router: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_router_bounding_without_max_bytes_is_called_without_it(
+    router: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     own = router._bound_router_response
 
-    def older(result: Any, *, offset: int = 0, enable_cursor: bool = False, tool_name: Any = None, tool_arguments: Any = None) -> Any:
-        return own(result, offset=offset, enable_cursor=enable_cursor, tool_name=tool_name, tool_arguments=tool_arguments)
+    def older(
+        result: Any, *, offset: int = 0, enable_cursor: bool = False, tool_name: Any = None, tool_arguments: Any = None
+    ) -> Any:
+        return own(
+            result, offset=offset, enable_cursor=enable_cursor, tool_name=tool_name, tool_arguments=tool_arguments
+        )
 
     monkeypatch.setattr(router, "_bound_router_response", older)
     centralmcp.adopt(router)
@@ -212,7 +267,9 @@ async def test_a_router_bounding_without_max_bytes_is_called_without_it(router: 
     assert item["status"] == "ok" and item["result"]["_response_bounds"]["byte_limit"] == 200_000
 
 
-async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(router: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(
+    router: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delattr(router, "set_dispatch_rate_gate")
     with caplog.at_level(logging.WARNING, logger=centralmcp.__name__):
         pm = centralmcp.adopt(router)
@@ -221,7 +278,9 @@ async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(route
     assert (await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}]))["ok"] is True
 
 
-async def test_adopt_replaces_the_routers_own_batch_and_says_so(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+async def test_adopt_replaces_the_routers_own_batch_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     router = load_router(monkeypatch, "default")
     own = router.invoke_read_tool_batch
     with caplog.at_level(logging.INFO, logger=centralmcp.__name__):
@@ -233,11 +292,15 @@ async def test_adopt_replaces_the_routers_own_batch_and_says_so(monkeypatch: pyt
     assert router.invoke_read_tool_batch is not own
     direct = await router.invoke_read_tool_batch(None, [{"name": "get_device", "arguments": {"serial": "a"}}])
     assert direct["counts"] == {"total": 1, "succeeded": 1, "failed": 0}
-    response = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}, {"name": "invoke_read_tool_batch"}])
+    response = await batch(
+        router, [{"name": "get_device", "arguments": {"serial": "a"}}, {"name": "invoke_read_tool_batch"}]
+    )
     assert [i["status"] for i in response["results"]] == ["ok", "blocked"]
 
 
-async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the_routers_own_batch_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pydantic import BaseModel
 
     class BatchCall(BaseModel):  # the shape of the router's own entry model
@@ -248,7 +311,9 @@ async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the
 
     router = load_router(monkeypatch, "default")
     centralmcp.adopt(router)
-    response = await router.invoke_read_tool_batch(None, [BatchCall(name="get_device", arguments={"serial": "a"}, id="m"), {"name": 3}])
+    response = await router.invoke_read_tool_batch(
+        None, [BatchCall(name="get_device", arguments={"serial": "a"}, id="m"), {"name": 3}]
+    )
     assert [(i["id"], i["status"]) for i in response["results"]] == [("m", "ok"), ("1", "invalid_call")]
     over_mcp = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}, "id": "m"}])
     assert over_mcp["results"][0] == response["results"][0]
@@ -258,7 +323,9 @@ def test_adopt_with_replace_false_refuses_a_router_that_has_its_own_batch(monkey
     router = load_router(monkeypatch, "default")
     with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch' and replace=False"):
         centralmcp.adopt(router, replace=False)
-    assert {t.name: t for t in _compat.server_tools(router.mcp)}["invoke_read_tool_batch"].description != batch_tool.DESCRIPTION
+    assert {t.name: t for t in _compat.server_tools(router.mcp)}[
+        "invoke_read_tool_batch"
+    ].description != batch_tool.DESCRIPTION
 
 
 def test_adopt_in_minimal_mode_registers_while_plain_install_still_does_not(router: ModuleType) -> None:
@@ -283,12 +350,16 @@ def write_adopted_router(path: Path) -> Path:
     # The stand-in with the documented lines at its end, before a __main__ block as CentralMCP's has:
     # that block installs the middleware chain, after the adoption, then serves.
     main_block = 'if __name__ == "__main__":\n    install_router_middlewares()\n    mcp.run()\n'
-    path.write_text(f"{STANDIN.read_text(encoding='utf-8')}\n\n{documented_adoption()}\n\n{main_block}", encoding="utf-8")
+    path.write_text(
+        f"{STANDIN.read_text(encoding='utf-8')}\n\n{documented_adoption()}\n\n{main_block}", encoding="utf-8"
+    )
     return path
 
 
 @pytest.fixture(params=["default", "minimal"])
-def imported_adopted_router(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+def imported_adopted_router(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ModuleType]:
     write_adopted_router(tmp_path / "adopted_tool_router.py")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", request.param)
@@ -298,7 +369,9 @@ def imported_adopted_router(request: pytest.FixtureRequest, tmp_path: Path, monk
         sys.modules.pop("adopted_tool_router", None)
 
 
-async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_imported(imported_adopted_router: ModuleType) -> None:
+async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_imported(
+    imported_adopted_router: ModuleType,
+) -> None:
     names = sorted(tool.name for tool in _compat.server_tools(imported_adopted_router.mcp))
     assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
     response = await batch(imported_adopted_router, [{"name": "get_device", "arguments": {"serial": "a"}}])
@@ -308,18 +381,28 @@ async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_impor
 @pytest.mark.parametrize("mode", ["default", "minimal"])
 async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path, mode: str) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")
-    env = {"PYTHONPATH": str(TESTS), "CENTRALMCP_ROUTER_MODE": mode}  # minimal: as CentralMCP's .cursor/mcp.json runs it
+    env = {
+        "PYTHONPATH": str(TESTS),
+        "CENTRALMCP_ROUTER_MODE": mode,
+    }  # minimal: as CentralMCP's .cursor/mcp.json runs it
     env["CENTRALMCP_ROUTER_RATE_STORE"] = "memory"  # a bucket of its own, not the user's shared SQLite file
     params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
     async with _compat.connect(params) as client:
         names = sorted(tool.name for tool in await client.list_tools())
         assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
-        calls = [{"name": "list_devices", "arguments": {"site_id": "hq"}}, {"name": "reboot_device", "arguments": {"serial": "x"}}]
+        calls = [
+            {"name": "list_devices", "arguments": {"site_id": "hq"}},
+            {"name": "reboot_device", "arguments": {"serial": "x"}},
+        ]
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
         assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
         cursor = response["results"][0]["result"]["next_cursor"]
         # the batch's cursor is the router's own: its invoke_read_tool resumes it in the same process
-        resumed = (await client.call_tool("invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor})).payload
+        resumed = (
+            await client.call_tool(
+                "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor}
+            )
+        ).payload
         assert resumed["devices"][0]["serial"] == "SN00200"
 
 
@@ -337,9 +420,17 @@ class TestCentralMCPRouterConforms(HostConformance):
 
 
 async def test_the_documented_differences_from_the_routers_own_batch(adopted: ModuleType) -> None:
-    blank = await batch(adopted, [{"id": "   ", "name": "get_device", "arguments": {"serial": "a"}}, {"id": "  ", "name": "list_sites"}])
+    blank = await batch(
+        adopted, [{"id": "   ", "name": "get_device", "arguments": {"serial": "a"}}, {"id": "  ", "name": "list_sites"}]
+    )
     assert [(i["id"], i["status"]) for i in blank["results"]] == [("   ", "ok"), ("  ", "ok")]
     clash = await batch(adopted, [{"name": "list_sites"}, {"id": "0", "name": "list_sites"}])
-    assert clash == {"ok": False, "error": "duplicate call id '0': ids must be unique within a batch so results can be correlated"}
+    assert clash == {
+        "ok": False,
+        "error": "duplicate call id '0': ids must be unique within a batch so results can be correlated",
+    }
     nested = (await batch(adopted, [{"name": "invoke_read_tool_batch", "arguments": {"calls": []}}]))["results"][0]
-    assert (nested["status"], nested["error"]) == ("blocked", "invoke_read_tool_batch cannot be called from inside a batch: name a backend tool")
+    assert (nested["status"], nested["error"]) == (
+        "blocked",
+        "invoke_read_tool_batch cannot be called from inside a batch: name a backend tool",
+    )

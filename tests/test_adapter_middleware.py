@@ -11,12 +11,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
-from centralmcp_batch import _compat, budget
-from centralmcp_batch.adapters import centralmcp
 from standins import monitoring_backend
 from standins.centralmcp_middleware import TOKEN_PREFIX, AuditLogMiddleware
 from test_adapter_centralmcp import TESTS, load_router, write_adopted_router
+
+from centralmcp_batch import _compat, budget
+from centralmcp_batch.adapters import centralmcp
 
 pytestmark = pytest.mark.anyio
 
@@ -52,19 +52,26 @@ async def test_an_entrys_secret_is_tokenized_exactly_as_a_single_reads(client: _
     entries = [item["result"] for item in answer.structured["results"]]
     for read in [single.payload, *entries]:
         assert TOKEN.fullmatch(read["signing_secret"]), read
-        assert {k: v for k, v in read.items() if k != "signing_secret"} == {"site_id": "hq", "url": "https://hooks.example/hq"}
+        assert {k: v for k, v in read.items() if k != "signing_secret"} == {
+            "site_id": "hq",
+            "url": "https://hooks.example/hq",
+        }
     assert SECRET not in answer.text and SECRET not in json.dumps(answer.structured)
     assert len({read["signing_secret"] for read in [single.payload, *entries]}) == 3  # one token per value shown
 
 
-async def test_what_middleware_changed_is_both_the_structured_content_and_the_compact_text(client: _compat.ClientHandle) -> None:
+async def test_what_middleware_changed_is_both_the_structured_content_and_the_compact_text(
+    client: _compat.ClientHandle,
+) -> None:
     answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK]})
     assert answer.text == budget.encode(answer.structured).decode()  # compact JSON, not the SDK's indented default
     assert TOKEN.search(answer.text)
 
 
 async def test_tokens_in_entry_arguments_are_resolved_before_dispatch(client: _compat.ClientHandle) -> None:
-    shown = (await client.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})).payload
+    shown = (
+        await client.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})
+    ).payload
     token = shown["signing_secret"]
     check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
     wrong = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": "guess"}}
@@ -86,7 +93,9 @@ async def test_tokens_in_entry_arguments_are_resolved_before_dispatch(client: _c
 @pytest.mark.skipif(_compat.SDK_MAJOR >= 2, reason="SDK 2.x has no session object that outlives a request")
 async def test_tokens_are_kept_per_client_session(router: ModuleType) -> None:
     async with _compat.connect(router.mcp) as first:
-        token = (await first.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})).payload["signing_secret"]
+        token = (
+            await first.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})
+        ).payload["signing_secret"]
     check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
     async with _compat.connect(router.mcp) as second:
         answer = await second.call_tool("invoke_read_tool_batch", {"calls": [check]})
@@ -98,8 +107,12 @@ async def test_the_audit_outcome_is_error_for_a_failed_entry_and_success_when_al
 ) -> None:
     fine = [{"name": "get_device", "arguments": {"serial": "a"}}, WEBHOOK]
     await client.call_tool("invoke_read_tool_batch", {"calls": fine})
-    await client.call_tool("invoke_read_tool_batch", {"calls": [*fine, {"name": "reboot_device", "arguments": {"serial": "a"}}]})
-    await client.call_tool("invoke_read_tool_batch", {"calls": [{"name": "get_radio_stats", "arguments": {"serial": "a"}}]})
+    await client.call_tool(
+        "invoke_read_tool_batch", {"calls": [*fine, {"name": "reboot_device", "arguments": {"serial": "a"}}]}
+    )
+    await client.call_tool(
+        "invoke_read_tool_batch", {"calls": [{"name": "get_radio_stats", "arguments": {"serial": "a"}}]}
+    )
     await client.call_tool("invoke_read_tool_batch", {"calls": []})
     batches = [r for r in audit(router).records if r["tool"] == "invoke_read_tool_batch"]
     assert [r["outcome"] for r in batches] == ["success", "error", "error", "error"]
@@ -169,7 +182,10 @@ async def test_a_secret_is_tokenized_in_a_batch_over_stdio_on_the_router_run_as_
         resolved = await client.call_tool("invoke_read_tool_batch", {"calls": [check]})
         assert resolved.structured["results"][0]["result"]["valid"] is True
         rejected = await client.call_tool("invoke_read_tool_batch", {"calls": []})
-        assert not rejected.is_error and rejected.structured["data"] == {"ok": False, "error": "calls must contain at least one entry"}
+        assert not rejected.is_error and rejected.structured["data"] == {
+            "ok": False,
+            "error": "calls must contain at least one entry",
+        }
 
 
 async def test_an_all_ok_answer_cut_to_its_skeleton_is_neither_enveloped_nor_audited_as_an_error(

@@ -22,14 +22,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from backends.fragile import Blocker, fragile_server
+from standins import monitoring_backend
 
 from centralmcp_batch import _compat, batch_tool
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.router import Router
 from centralmcp_batch.testing import call
-
-from backends.fragile import Blocker, fragile_server
-from standins import monitoring_backend
 
 pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
@@ -158,15 +157,18 @@ async def test_the_router_serves_other_clients_while_a_def_tool_blocks(router: R
         finished.append(f"blocked:{answer.structured['results'][0]['status']}")
 
     with anyio.fail_after(30):
-        async with _compat.connect(router.server) as first, _compat.connect(router.server) as second:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(blocked_batch, first)
-                await wait_for(blocker.started)
-                single = await second.call_tool("invoke_read_tool", {"name": "quick", "arguments": {"tag": "other"}})
-                other = await second.call_tool(BATCH, {"calls": [{"name": "quick_sync"}, {"name": "quick"}]})
-                finished.append("other")
-                assert not blocker.finished.is_set(), "the other client was answered only after the def tool returned"
-                blocker.release.set()
+        async with (
+            _compat.connect(router.server) as first,
+            _compat.connect(router.server) as second,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(blocked_batch, first)
+            await wait_for(blocker.started)
+            single = await second.call_tool("invoke_read_tool", {"name": "quick", "arguments": {"tag": "other"}})
+            other = await second.call_tool(BATCH, {"calls": [{"name": "quick_sync"}, {"name": "quick"}]})
+            finished.append("other")
+            assert not blocker.finished.is_set(), "the other client was answered only after the def tool returned"
+            blocker.release.set()
     assert single.structured["tag"] == "other" and statuses(other.structured) == ["ok", "ok"]
     assert finished == ["other", "blocked:ok"]
 

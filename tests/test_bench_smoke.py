@@ -24,9 +24,13 @@ def test_quick_bench_writes_every_scenario(tmp_path: Path, capsys: pytest.Captur
     assert all(report[key] for key in SCENARIO_KEYS)
     assert printed.count("\n### ") == len(SCENARIO_KEYS) + 1  # a table per scenario, then the targets
     assert {row["mode"] for row in report["latency_bound"]} == {"singles", "batch c=1", "batch c=4", "batch c=8"}
-    assert all(row["wall_ms"]["min"] >= row["ideal_ms"] * 0.99 for row in report["latency_bound"])  # nothing beats sleeping
+    assert all(
+        row["wall_ms"]["min"] >= row["ideal_ms"] * 0.99 for row in report["latency_bound"]
+    )  # nothing beats sleeping
     assert {row["transport"] for row in report["transports"]} == {"stdio", "streamable HTTP"}
-    assert all(row["batch_us"]["median"] > row["direct_us"]["median"] for row in report["overhead"])  # same calls, plus the batch
+    assert all(
+        row["batch_us"]["median"] > row["direct_us"]["median"] for row in report["overhead"]
+    )  # same calls, plus the batch
     assert all(row["bytes_returned"] <= 300_000 for row in report["budget"])
     assert any(row["results_dropped"] > 0 for row in report["budget"])  # the quick plan goes over the budget once
     assert all(row["batches"] > 0 and row["lost_or_reordered"] == 0 for row in report["load"])

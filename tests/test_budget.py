@@ -28,7 +28,15 @@ def test_stage_one_drops_ok_results_last_first_only_as_needed() -> None:
     fitted = budget.fit(response(item(0, result=big), item(1, result=big), item(2, result=big)), 5000)
     assert budget.size(fitted) <= 5000 and fitted["truncated"] is True
     assert fitted["results"][0]["result"] == big and fitted["results"][1]["result"] == big
-    assert fitted["results"][2] == {"index": 2, "id": "2", "tool": "tool", "server": "srv", "status": "ok", "result": None, "result_truncated": True}
+    assert fitted["results"][2] == {
+        "index": 2,
+        "id": "2",
+        "tool": "tool",
+        "server": "srv",
+        "status": "ok",
+        "result": None,
+        "result_truncated": True,
+    }
 
 
 def test_stage_two_shortens_errors_after_results_are_gone() -> None:

@@ -27,7 +27,9 @@ async def echo_reader(call: ValidCall, max_bytes: int, guards: Guards) -> Outcom
 
 
 async def run(calls: Any, reader: Any = echo_reader, **overrides: Any) -> dict[str, Any]:
-    return await engine.run_batch(calls, reader, settings(**overrides), self_names=frozenset({"invoke_read_tool_batch"}))
+    return await engine.run_batch(
+        calls, reader, settings(**overrides), self_names=frozenset({"invoke_read_tool_batch"})
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,7 +48,10 @@ async def test_whole_batch_rejections(calls: Any, error: str) -> None:
 
 async def test_duplicate_ids_reject_the_batch_including_defaulted_ones() -> None:
     explicit = await run([{"name": "a", "id": "x"}, {"name": "b", "id": "x"}])
-    assert explicit == {"ok": False, "error": "duplicate call id 'x': ids must be unique within a batch so results can be correlated"}
+    assert explicit == {
+        "ok": False,
+        "error": "duplicate call id 'x': ids must be unique within a batch so results can be correlated",
+    }
     defaulted = await run([{"name": "a", "id": "1"}, {"name": "b"}])  # the second entry's default id is "1"
     assert defaulted["ok"] is False and "duplicate call id '1'" in defaulted["error"]
 
@@ -79,7 +84,11 @@ SECRET = "s3cr3t-value"
         ({"name": "a", "arguments": {"x": {SECRET}}}, "arguments must be JSON-serializable", "a"),
         ({"name": "a", "arguments": {"x": float("nan")}}, "arguments must be JSON-serializable", "a"),
         ({"name": "a", "arguments": {"x": SECRET * 3000}}, "arguments must be at most 20000 bytes as JSON", "a"),
-        ({"name": "a", "arguments": {"a": [[[[[[[[SECRET]]]]]]]]}}, "arguments must be nested at most 8 levels deep", "a"),
+        (
+            {"name": "a", "arguments": {"a": [[[[[[[[SECRET]]]]]]]]}},
+            "arguments must be nested at most 8 levels deep",
+            "a",
+        ),
         ({"name": "a", "cursor": 5}, "cursor must be a string", "a"),
     ],
 )
@@ -228,7 +237,9 @@ class Tracker:
         self.by_server: dict[str, int] = {}
 
     async def reader(self, call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        tool = ToolRef(call.name, call.arguments.get("server", "srv"), {"readOnlyHint": True}, call.arguments.get("cap"))
+        tool = ToolRef(
+            call.name, call.arguments.get("server", "srv"), {"readOnlyHint": True}, call.arguments.get("cap")
+        )
         async with guards.server_slot(tool):
             self.running += 1
             server = tool.server or ""

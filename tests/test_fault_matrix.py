@@ -11,20 +11,20 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
 import pytest
+from backends.tickets import tickets_server
+from hostile_hosts import HostileHost
 
 from centralmcp_batch import HostContractError, _compat, batch_tool, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.models import ToolRef
 from centralmcp_batch.router import Router, StdioBackend
 from centralmcp_batch.testing import call
-
-from backends.tickets import tickets_server
-from hostile_hosts import HostileHost
 
 pytestmark = pytest.mark.anyio
 TICKETS_SCRIPT = str(Path(__file__).resolve().parent / "backends" / "tickets.py")
@@ -76,7 +76,9 @@ async def test_the_batch_deadline_passing_mid_batch(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_TIMEOUT_SECONDS", "0.5")
     host = HostileHost()
     with anyio.fail_after(10):
-        response = await batch(installed(host), [{"name": "succeed"}, {"name": "hang"}, {"name": "succeed"}, {"name": "succeed"}])
+        response = await batch(
+            installed(host), [{"name": "succeed"}, {"name": "hang"}, {"name": "succeed"}, {"name": "succeed"}]
+        )
     assert statuses(response) == ["ok", "error", "error", "error"]
     errors = [item["error"] for item in response["results"][1:]]
     assert errors[0] == "TimeoutError: cancelled while running: the batch time limit of 0.5s passed"
@@ -84,7 +86,9 @@ async def test_the_batch_deadline_passing_mid_batch(monkeypatch: pytest.MonkeyPa
     assert host.dispatched == ["succeed", "hang"] and host.cancelled == 1 and host.running == 0
 
 
-async def test_the_client_cancelling_mid_batch_stops_everything_and_the_session_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_client_cancelling_mid_batch_stops_everything_and_the_session_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "2")
     host = HostileHost()
     server = installed(host)
@@ -113,26 +117,33 @@ class _RaisingHost(HostileHost):
         if hook != self.failing:
             return answer()
         if self.asynchronous:
+
             async def fail() -> Any:
                 raise RuntimeError(f"{hook} broke")
+
             return fail()
         raise RuntimeError(f"{hook} broke")
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return self._maybe_fail("find_tool", lambda: super(_RaisingHost, self).centralmcp_find_tool(name))
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return self._maybe_fail("read_gate", lambda: super(_RaisingHost, self).centralmcp_read_gate(tool))
 
     @hookimpl
     def centralmcp_acquire_rate_token(self, tool: ToolRef) -> Any:
-        return self._maybe_fail("acquire_rate_token", lambda: super(_RaisingHost, self).centralmcp_acquire_rate_token(tool))
+        return self._maybe_fail(
+            "acquire_rate_token", lambda: super(_RaisingHost, self).centralmcp_acquire_rate_token(tool)
+        )
 
     @hookimpl
     def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any) -> Any:
-        return self._maybe_fail("dispatch_read", lambda: super(_RaisingHost, self).centralmcp_dispatch_read(tool, arguments, resume, max_bytes, context))
+        return self._maybe_fail(
+            "dispatch_read",
+            lambda: super(_RaisingHost, self).centralmcp_dispatch_read(tool, arguments, resume, max_bytes, context),
+        )
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["def", "async"])
@@ -145,7 +156,9 @@ class _RaisingHost(HostileHost):
         ("dispatch_read", "error", "RuntimeError: dispatch_read broke", []),
     ],
 )
-async def test_a_host_hook_that_raises(failing: str, status: str, error: Optional[str], dispatched: list[str], asynchronous: bool) -> None:
+async def test_a_host_hook_that_raises(
+    failing: str, status: str, error: str | None, dispatched: list[str], asynchronous: bool
+) -> None:
     host = _RaisingHost(failing, asynchronous)
     response = await batch(installed(host), [{"name": "succeed"}])
     item = response["results"][0]
@@ -155,7 +168,7 @@ async def test_a_host_hook_that_raises(failing: str, status: str, error: Optiona
 
 class _HostWithoutGate:
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return ToolRef(name, "nogate", {"readOnlyHint": True})
 
     @hookimpl
@@ -174,11 +187,14 @@ def test_a_host_that_registers_no_gate_cannot_start() -> None:
 
 
 def stdio_router() -> Router:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(TICKETS_SCRIPT).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(TICKETS_SCRIPT).parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
     return Router({"remote": StdioBackend(sys.executable, [TICKETS_SCRIPT], env), "local": tickets_server("local_")})
 
 
-async def remote_pid(router: Router) -> Optional[int]:
+async def remote_pid(router: Router) -> int | None:
     response = await batch_tool.run(router.hooks, [{"name": "process_id"}])
     item = response["results"][0]
     return item["result"]["pid"] if item["status"] == "ok" else None
@@ -212,7 +228,9 @@ async def test_a_remote_stdio_backend_dying_mid_batch(monkeypatch: pytest.Monkey
             assert items["local"]["status"] == "ok" and items["local"]["result"]["id"] == "T-0003"
             assert items["local-slow"]["status"] == "ok"
             assert items["remote-1"]["status"] == items["remote-2"]["status"] == "error"
-            assert "TimeoutError" not in items["remote-1"]["error"]  # failed when the process died, not at the time limit
+            assert (
+                "TimeoutError" not in items["remote-1"]["error"]
+            )  # failed when the process died, not at the time limit
             while (new_pid := await remote_pid(router)) is None:  # the router reconnects for the batches that follow
                 await anyio.sleep(0.2)
             assert new_pid != pid
@@ -221,7 +239,9 @@ async def test_a_remote_stdio_backend_dying_mid_batch(monkeypatch: pytest.Monkey
 # -- a backend that rejects its arguments ---------------------------------------------
 
 
-async def test_a_backend_argument_error_through_the_router_echoes_no_argument_value(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_backend_argument_error_through_the_router_echoes_no_argument_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
     secret = "zq7SECRET-value"
     router = Router({"tickets": tickets_server()})

@@ -11,20 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any
 
 import anyio
+import hosts
 import pytest
+from hosts import HostileHost
 
 from centralmcp_batch import HostContractError, _compat, batch_tool, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 from centralmcp_batch.models import ToolRef
 from centralmcp_batch.testing import call
-
-import hosts
-from hosts import HostileHost
 
 pytestmark = pytest.mark.anyio
 TOOL = batch_tool.TOOL_NAME
@@ -52,7 +52,9 @@ def statuses(response: dict[str, Any]) -> list[str]:
 
 async def test_a_backend_that_raises_fails_only_its_entry() -> None:
     host = HostileHost()
-    response = await batch(serve(host), [{"name": "read_ok"}, {"name": "read_raises", "id": "boom"}, {"name": "read_empty"}])
+    response = await batch(
+        serve(host), [{"name": "read_ok"}, {"name": "read_raises", "id": "boom"}, {"name": "read_empty"}]
+    )
     assert statuses(response) == ["ok", "error", "ok"]
     assert response["results"][1]["error"] == "BackendExploded: the backend exploded"
     assert response["ok"] is False and response["failed_ids"] == ["boom"] and response["failed_indexes"] == [1]
@@ -81,19 +83,31 @@ async def test_the_batch_deadline_passing_mid_batch(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "1")
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_TIMEOUT_SECONDS", "1")
     host = HostileHost()
-    calls = [{"name": "read_ok", "id": "done"}, {"name": hosts.HANGING, "id": "running"}, {"name": "read_ok", "id": "waiting"}, {"name": "write_delete", "id": "refused"}]
+    calls = [
+        {"name": "read_ok", "id": "done"},
+        {"name": hosts.HANGING, "id": "running"},
+        {"name": "read_ok", "id": "waiting"},
+        {"name": "write_delete", "id": "refused"},
+    ]
     response = await batch(serve(host), calls)
     done, running, waiting, refused = response["results"]
     assert done["status"] == "ok"
-    assert running["status"] == "error" and "cancelled while running: the batch time limit of 1s passed" in running["error"]
-    assert waiting["status"] == "error" and "not dispatched: the batch time limit of 1s passed first" in waiting["error"]
+    assert (
+        running["status"] == "error"
+        and "cancelled while running: the batch time limit of 1s passed" in running["error"]
+    )
+    assert (
+        waiting["status"] == "error" and "not dispatched: the batch time limit of 1s passed first" in waiting["error"]
+    )
     assert refused["status"] == "error"  # it never got a slot, so it never reached the gate either
     assert host.dispatched == ["read_ok", hosts.HANGING]
     assert host.hang_started == host.hang_cancelled == 1 and host.in_flight == 0
     assert response["counts"] == {"total": 4, "succeeded": 1, "failed": 3}
 
 
-@pytest.mark.parametrize("tool", ["read_set", "read_nan", "read_object", "read_circular", "read_deep", "read_surrogate", "read_bigint"])
+@pytest.mark.parametrize(
+    "tool", ["read_set", "read_nan", "read_object", "read_circular", "read_deep", "read_surrogate", "read_bigint"]
+)
 async def test_a_result_json_cannot_encode_is_an_error_item_not_a_protocol_error(tool: str) -> None:
     response = await batch(serve(HostileHost()), [{"name": tool}, {"name": "read_ok"}])
     assert statuses(response) == ["error", "ok"]
@@ -107,7 +121,15 @@ async def test_a_huge_result_is_shrunk_to_the_budget(monkeypatch: pytest.MonkeyP
         answer = await call(server, TOOL, {"calls": [{"name": "read_huge"}, {"name": "read_raises"}]})
     assert not answer.is_error and len(answer.text.encode()) <= 2048
     huge, failed = answer.structured["results"]
-    assert huge == {"index": 0, "id": "0", "tool": "read_huge", "server": huge["server"], "status": "ok", "result": None, "result_truncated": True}
+    assert huge == {
+        "index": 0,
+        "id": "0",
+        "tool": "read_huge",
+        "server": huge["server"],
+        "status": "ok",
+        "result": None,
+        "result_truncated": True,
+    }
     assert failed["status"] == "error" and answer.structured["truncated"] is True
 
 
@@ -118,7 +140,9 @@ class Unprintable(Exception):
 
 class UnprintableBackend(HostileHost):
     @hookimpl
-    async def centralmcp_dispatch_read(self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any) -> Any:
+    async def centralmcp_dispatch_read(
+        self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any
+    ) -> Any:
         raise Unprintable()
 
 
@@ -234,11 +258,15 @@ async def wait_until(condition: Any, seconds: float = 10) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_a_client_that_cancels_mid_batch_stops_everything_and_the_session_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_client_that_cancels_mid_batch_stops_everything_and_the_session_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "2")
     host = HostileHost()
     server = serve(host)
-    calls = [{"name": "read_ok"}, {"name": "read_empty"}, {"name": hosts.HANGING}, {"name": hosts.HANGING}] + [{"name": "read_ok"}] * 8
+    calls = [{"name": "read_ok"}, {"name": "read_empty"}, {"name": hosts.HANGING}, {"name": hosts.HANGING}] + [
+        {"name": "read_ok"}
+    ] * 8
     async with _compat.connect(server) as client:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(client.call_tool, TOOL, {"calls": calls})
@@ -262,30 +290,44 @@ RAISES = "BackendExploded: {hook} failed"
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 async def test_a_gate_that_raises_fails_closed(asynchronous: bool) -> None:
     host = HostileHost()
-    response = await batch(serve(host, hosts.raising_plugin("centralmcp_read_gate", asynchronous)), [{"name": "read_ok"}, {"name": "read_empty"}])
+    response = await batch(
+        serve(host, hosts.raising_plugin("centralmcp_read_gate", asynchronous)),
+        [{"name": "read_ok"}, {"name": "read_empty"}],
+    )
     assert statuses(response) == ["blocked", "blocked"]
     assert response["results"][0]["error"] == "refused: the read gate failed (BackendExploded)"
     assert host.dispatched == [] and host.tokens == []
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-async def test_a_limiter_that_raises_lets_the_call_proceed(asynchronous: bool, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_limiter_that_raises_lets_the_call_proceed(
+    asynchronous: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     host = HostileHost()
     with caplog.at_level(logging.WARNING, logger="centralmcp_batch.host"):
-        response = await batch(serve(host, hosts.raising_plugin("centralmcp_acquire_rate_token", asynchronous)), [{"name": "read_ok"}])
+        response = await batch(
+            serve(host, hosts.raising_plugin("centralmcp_acquire_rate_token", asynchronous)), [{"name": "read_ok"}]
+        )
     assert statuses(response) == ["ok"] and host.dispatched == ["read_ok"]
     assert any("proceeding" in record.getMessage() for record in caplog.records)
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize(("hook", "entry"), [
-    ("centralmcp_find_tool", {"name": "read_ok"}),
-    ("centralmcp_resume_cursor", {"name": "read_ok", "cursor": hosts.valid_cursor("read_ok", 1)}),
-    ("centralmcp_dispatch_read", {"name": "read_ok"}),
-])
-async def test_a_catalog_cursor_or_dispatch_hook_that_raises_is_an_error_item(hook: str, entry: dict[str, Any], asynchronous: bool) -> None:
+@pytest.mark.parametrize(
+    ("hook", "entry"),
+    [
+        ("centralmcp_find_tool", {"name": "read_ok"}),
+        ("centralmcp_resume_cursor", {"name": "read_ok", "cursor": hosts.valid_cursor("read_ok", 1)}),
+        ("centralmcp_dispatch_read", {"name": "read_ok"}),
+    ],
+)
+async def test_a_catalog_cursor_or_dispatch_hook_that_raises_is_an_error_item(
+    hook: str, entry: dict[str, Any], asynchronous: bool
+) -> None:
     host = HostileHost()
-    response = await batch(serve(host, hosts.raising_plugin(hook, asynchronous)), [entry, {"name": "invalid", "arguments": []}])
+    response = await batch(
+        serve(host, hosts.raising_plugin(hook, asynchronous)), [entry, {"name": "invalid", "arguments": []}]
+    )
     assert statuses(response) == ["error", "invalid_call"]
     assert response["results"][0]["error"] == RAISES.format(hook=hook)
     assert host.dispatched == []  # the raising hook ran first; the host's own dispatch never did
@@ -304,7 +346,10 @@ class NoDispatch(HostileHost):
     centralmcp_dispatch_read = None  # type: ignore[assignment]
 
 
-@pytest.mark.parametrize(("host_class", "hook"), [(NoGate, "centralmcp_read_gate"), (NoCatalog, "centralmcp_find_tool"), (NoDispatch, "centralmcp_dispatch_read")])
+@pytest.mark.parametrize(
+    ("host_class", "hook"),
+    [(NoGate, "centralmcp_read_gate"), (NoCatalog, "centralmcp_find_tool"), (NoDispatch, "centralmcp_dispatch_read")],
+)
 def test_a_host_missing_a_required_hook_does_not_start(host_class: type, hook: str) -> None:
     server = _compat.new_server("incomplete")
     with pytest.raises(HostContractError, match=f"plugin 'batch' requires host hook '{hook}'"):
@@ -317,18 +362,24 @@ def test_a_host_missing_a_required_hook_does_not_start(host_class: type, hook: s
 
 class GarbageCatalog(HostileHost):
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         return "read_ok" if name == "read_ok" else None  # type: ignore[return-value] # a host bug
 
 
 async def test_a_catalog_that_answers_something_else_is_an_error_item() -> None:
-    response = await batch_tool.run(HostHooks(hosting.plugin_manager(GarbageCatalog())), [{"name": "read_ok"}, {"name": "other"}])
+    response = await batch_tool.run(
+        HostHooks(hosting.plugin_manager(GarbageCatalog())), [{"name": "read_ok"}, {"name": "other"}]
+    )
     assert statuses(response) == ["error", "unknown_tool"]
 
 
-@pytest.mark.parametrize("entry", [{"name": "bad\ud800name"}, {"name": "read_ok", "id": "id\udc00"}], ids=["name", "id"])
+@pytest.mark.parametrize(
+    "entry", [{"name": "bad\ud800name"}, {"name": "read_ok", "id": "id\udc00"}], ids=["name", "id"]
+)
 async def test_a_name_or_id_utf8_cannot_encode_is_an_invalid_call(entry: dict[str, Any]) -> None:
-    response = await batch_tool.run(HostHooks(hosting.plugin_manager(HostileHost())), [entry, {"name": "read_ok", "id": "fine"}])
+    response = await batch_tool.run(
+        HostHooks(hosting.plugin_manager(HostileHost())), [entry, {"name": "read_ok", "id": "fine"}]
+    )
     assert statuses(response) == ["invalid_call", "ok"]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -22,12 +22,12 @@ class SyncHost:
         self.dispatched: list[tuple[str, Any, int]] = []
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         annotations = READ if name.startswith("get") else {"readOnlyHint": False}
         return None if name == "missing" else ToolRef(name, "sync-srv", annotations)
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
 
     @hookimpl
@@ -50,11 +50,11 @@ class AsyncHost(SyncHost):
     """The same hooks as coroutines."""
 
     @hookimpl
-    async def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:  # type: ignore[override]
+    async def centralmcp_find_tool(self, name: str) -> ToolRef | None:  # type: ignore[override]
         return SyncHost.centralmcp_find_tool(self, name)
 
     @hookimpl
-    async def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:  # type: ignore[override]
+    async def centralmcp_read_gate(self, tool: ToolRef) -> str | None:  # type: ignore[override]
         return SyncHost.centralmcp_read_gate(self, tool)
 
     @hookimpl
@@ -89,7 +89,14 @@ async def test_every_status_through_sync_and_async_hosts(host_class: type) -> No
     host = host_class()
     response = await batch_tool.run(hooks_for(host), CALLS)
     by_id = {item["id"]: item for item in response["results"]}
-    assert [item["status"] for item in response["results"]] == ["ok", "blocked", "unknown_tool", "ok", "invalid_cursor", "invalid_call"]
+    assert [item["status"] for item in response["results"]] == [
+        "ok",
+        "blocked",
+        "unknown_tool",
+        "ok",
+        "invalid_cursor",
+        "invalid_call",
+    ]
     assert by_id["a"]["result"] == {"tool": "get_a", "resume": None} and by_id["a"]["server"] == "sync-srv"
     assert by_id["b"]["error"] == "Tool 'set_b' is not read-only."
     assert by_id["c"]["error"] == "Unknown tool 'missing'. Use find_tool to discover."
@@ -105,7 +112,7 @@ async def test_every_status_through_sync_and_async_hosts(host_class: type) -> No
 async def test_a_gate_that_raises_blocks() -> None:
     class BrokenGate:
         @hookimpl
-        def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+        def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
             raise RuntimeError("policy service down")
 
     host = SyncHost()
@@ -118,7 +125,7 @@ async def test_a_gate_that_raises_blocks() -> None:
 async def test_any_gate_refusal_wins_over_others_that_allow() -> None:
     class Strict:
         @hookimpl
-        async def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+        async def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
             return "maintenance window" if tool.name == "get_a" else None
 
     host = SyncHost()
@@ -235,7 +242,9 @@ async def test_observers_see_items_and_batches_and_their_failures_are_ignored() 
         async def centralmcp_batch_completed(self, response: Any) -> None:
             raise RuntimeError("metrics sink down")
 
-    response = await batch_tool.run(hooks_for(SyncHost(), Broken(), Audit()), [{"name": "get_a", "id": "one"}, {"name": "set", "id": "two"}])
+    response = await batch_tool.run(
+        hooks_for(SyncHost(), Broken(), Audit()), [{"name": "get_a", "id": "one"}, {"name": "set", "id": "two"}]
+    )
     assert response["counts"]["total"] == 2
     assert sorted(seen["items"]) == [("one", True), ("two", True)]
     assert seen["batches"] == [{"total": 2, "succeeded": 1, "failed": 1}]

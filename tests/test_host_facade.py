@@ -3,7 +3,7 @@ wrapper, call monitoring or a change of plugins needs it."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -16,11 +16,11 @@ TOOL = ToolRef("get_x", "srv", {"readOnlyHint": True})
 
 
 class Catalog:
-    def __init__(self, answer: Optional[ToolRef], log: list[str], label: str) -> None:
+    def __init__(self, answer: ToolRef | None, log: list[str], label: str) -> None:
         self.answer, self.log, self.label = answer, log, label
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> Optional[ToolRef]:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
         self.log.append(self.label)
         return self.answer
 
@@ -30,11 +30,11 @@ class Catalog:
 
 
 class Gate:
-    def __init__(self, refusal: Optional[str]) -> None:
+    def __init__(self, refusal: str | None) -> None:
         self.refusal = refusal
 
     @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> Optional[str]:
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
         return self.refusal
 
 

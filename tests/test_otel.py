@@ -101,14 +101,23 @@ async def test_an_entry_span_per_entry_with_tool_server_status_and_duration(tele
     calls = [*mixed_calls(), {"name": "broken", "id": "raises"}]
     response = await run_over_mcp(raising_host(), telemetry, calls)
     entries = sorted(telemetry.finished(otel.ENTRY_SPAN), key=lambda span: span.attributes["centralmcp.index"])
-    assert [span.attributes["centralmcp.status"] for span in entries] == [item["status"] for item in response["results"]]
+    assert [span.attributes["centralmcp.status"] for span in entries] == [
+        item["status"] for item in response["results"]
+    ]
     assert [span.attributes["centralmcp.status"] for span in entries] == [
         "ok", "ok", "blocked", "unknown_tool", "invalid_call", "error",
     ]  # fmt: skip
     assert [span.attributes.get("centralmcp.tool") for span in entries] == [
         "echo", "echo", "delete_everything", "no_such_tool", "echo", "broken",
     ]  # fmt: skip
-    assert [span.attributes.get("centralmcp.server") for span in entries] == ["inline", "inline", "inline", None, None, "inline"]
+    assert [span.attributes.get("centralmcp.server") for span in entries] == [
+        "inline",
+        "inline",
+        "inline",
+        None,
+        None,
+        "inline",
+    ]
     for span in entries:
         assert span.end_time >= span.start_time
         assert span.attributes["centralmcp.seconds"] >= 0
@@ -147,7 +156,9 @@ async def test_metrics_count_entries_by_status_and_time_them(telemetry: Telemetr
     durations = telemetry.points("centralmcp.batch.entry.duration")
     assert sum(point.count for point in durations) == 7
     assert all(point.min >= 0 for point in durations)
-    batches = {point.attributes["centralmcp.batch.ok"]: point.count for point in telemetry.points("centralmcp.batch.duration")}
+    batches = {
+        point.attributes["centralmcp.batch.ok"]: point.count for point in telemetry.points("centralmcp.batch.duration")
+    }
     assert batches == {False: 1, True: 1}
 
 
@@ -157,7 +168,9 @@ async def test_rate_token_waits_are_a_histogram_by_server(telemetry: Telemetry) 
     await hooks.rate_token_waited(ToolRef("echo", "inline"), 0.25)
     await hooks.rate_token_waited(ToolRef("echo", "inline"), 0.5)
     await hooks.rate_token_waited(ToolRef("orphan", None), 0.0)
-    points = {point.attributes.get("centralmcp.server"): point for point in telemetry.points("centralmcp.rate_token.wait")}
+    points = {
+        point.attributes.get("centralmcp.server"): point for point in telemetry.points("centralmcp.rate_token.wait")
+    }
     assert points["inline"].count == 2 and points["inline"].sum == pytest.approx(0.75)
     assert points[None].count == 1
 
@@ -258,7 +271,9 @@ def test_the_entry_point_plugin_uses_the_global_providers() -> None:
     )
     assert found["plugin"] is True
     assert found["spans"] == sorted([otel.BATCH_SPAN, otel.ENTRY_SPAN, otel.ENTRY_SPAN])
-    assert {"centralmcp.batch.entries", "centralmcp.batch.entry.duration", "centralmcp.batch.duration"} <= set(found["metrics"])
+    assert {"centralmcp.batch.entries", "centralmcp.batch.entry.duration", "centralmcp.batch.duration"} <= set(
+        found["metrics"]
+    )
     assert found["ok"] == {"total": 2, "succeeded": 1, "failed": 1}
 
 
@@ -273,7 +288,8 @@ def test_without_opentelemetry_the_module_imports_and_implements_nothing() -> No
         pm = hosting.plugin_manager(otel)
         implemented = [name for name in dir(pm.hook) if name.startswith("centralmcp_")
                        and any(impl.plugin is otel for impl in getattr(pm.hook, name).get_hookimpls())]
-        print(json.dumps({"available": otel.AVAILABLE, "registered": pm.is_registered(otel), "implemented": implemented}))
+        report = {"available": otel.AVAILABLE, "registered": pm.is_registered(otel), "implemented": implemented}
+        print(json.dumps(report))
         """
     )
     assert found == {"available": False, "registered": True, "implemented": []}

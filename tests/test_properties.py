@@ -17,23 +17,28 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import anyio
+import hosts
 import jsonschema
 import pytest
+from hosts import HostileHost
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from centralmcp_batch import _compat, hosting
-from centralmcp_batch import batch_tool
+from centralmcp_batch import _compat, batch_tool, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
-from centralmcp_batch.models import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, MAX_CALLS, MAX_ID_CHARS, MAX_NAME_CHARS, BatchOutcome
+from centralmcp_batch.models import (
+    MAX_ARGUMENT_BYTES,
+    MAX_ARGUMENT_DEPTH,
+    MAX_CALLS,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    BatchOutcome,
+)
 from centralmcp_batch.testing import call
-
-import hosts
-from hosts import HostileHost
 
 EXAMPLES_ENV = "CENTRALMCP_BATCH_PROPERTY_EXAMPLES"
 DEFAULT_BUDGET = 300_000
@@ -80,7 +85,11 @@ def json_leaves() -> st.SearchStrategy[Any]:
 
 def json_values() -> st.SearchStrategy[Any]:
     keys = st.text(PLAIN, max_size=6)
-    return st.recursive(json_leaves(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=12)
+    return st.recursive(
+        json_leaves(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+        max_leaves=12,
+    )
 
 
 def nested(levels: int) -> dict[str, Any]:
@@ -103,7 +112,9 @@ def bad_arguments(json_only: bool) -> st.SearchStrategy[Any]:
     not_objects = st.one_of(st.lists(secrets(), max_size=3), secrets(), st.integers(), st.booleans())
     options = [very_deep, huge, not_objects]
     if not json_only:
-        unencodable = st.sampled_from([float("nan"), float("inf"), {SECRET}, SECRET.encode(), object()]).map(lambda bad: {"x": bad})
+        unencodable = st.sampled_from([float("nan"), float("inf"), {SECRET}, SECRET.encode(), object()]).map(
+            lambda bad: {"x": bad}
+        )
         surrogate = st.text(SURROGATES, min_size=1, max_size=3).map(lambda text: {"x": SECRET + text})
         options += [unencodable, surrogate]
     return st.one_of(*options)
@@ -118,7 +129,9 @@ def good_names(json_only: bool) -> st.SearchStrategy[str]:
 
 def bad_names() -> st.SearchStrategy[Any]:
     too_long = st.text(PLAIN, min_size=MAX_NAME_CHARS + 1, max_size=MAX_NAME_CHARS + 30)
-    return st.one_of(too_long, st.just(MISSING), st.just(""), st.none(), st.integers(), st.lists(st.integers(), max_size=2))
+    return st.one_of(
+        too_long, st.just(MISSING), st.just(""), st.none(), st.integers(), st.lists(st.integers(), max_size=2)
+    )
 
 
 def good_ids() -> st.SearchStrategy[Any]:
@@ -139,7 +152,12 @@ def good_cursors(name: str) -> st.SearchStrategy[Any]:
 
 
 def bad_cursors() -> st.SearchStrategy[Any]:
-    return st.one_of(st.integers(), st.booleans(), st.lists(secrets(), max_size=2), st.dictionaries(st.just("c"), secrets(), max_size=1))
+    return st.one_of(
+        st.integers(),
+        st.booleans(),
+        st.lists(secrets(), max_size=2),
+        st.dictionaries(st.just("c"), secrets(), max_size=1),
+    )
 
 
 @st.composite
@@ -149,10 +167,20 @@ def entries(draw: st.DrawFn, json_only: bool) -> Any:
     if roll == 0:
         return draw(st.one_of(secrets(), st.integers(), st.lists(secrets(), max_size=2), st.none()))
     name = draw(good_names(json_only))
-    fields = {"name": name, "id": draw(good_ids()), "arguments": draw(good_arguments()), "cursor": draw(good_cursors(name))}
+    fields = {
+        "name": name,
+        "id": draw(good_ids()),
+        "arguments": draw(good_arguments()),
+        "cursor": draw(good_cursors(name)),
+    }
     if roll <= 5:
         broken = draw(st.sampled_from(["name", "id", "arguments", "cursor"]))
-        breakers = {"name": bad_names(), "id": bad_ids(), "arguments": bad_arguments(json_only), "cursor": bad_cursors()}
+        breakers = {
+            "name": bad_names(),
+            "id": bad_ids(),
+            "arguments": bad_arguments(json_only),
+            "cursor": bad_cursors(),
+        }
         fields[broken] = draw(breakers[broken])
     return {key: value for key, value in fields.items() if value is not MISSING}
 
@@ -169,7 +197,7 @@ class Environment:
     budget: str
     concurrency: int
     call_timeout: str
-    batch_timeout: Optional[str]
+    batch_timeout: str | None
 
     @property
     def effective_budget(self) -> int:
@@ -192,7 +220,11 @@ class Environment:
 
 environments = st.builds(
     Environment,
-    budget=st.one_of(st.integers(1_024, 400_000).map(str), st.integers(1_024, 400_000).map(str), st.sampled_from(["", "abc", "1023", "12", "-5", "1e9"])),
+    budget=st.one_of(
+        st.integers(1_024, 400_000).map(str),
+        st.integers(1_024, 400_000).map(str),
+        st.sampled_from(["", "abc", "1023", "12", "-5", "1e9"]),
+    ),
     concurrency=st.integers(1, MAX_CALLS),
     call_timeout=st.sampled_from(["0.02", "0.05"]),
     # Deadlines long enough not to pass while invalid entries are still being reported: that
@@ -204,7 +236,7 @@ environments = st.builds(
 # -- the model: what each entry must come to ------------------------------------------
 
 
-def encodable(value: Any) -> Optional[bytes]:
+def encodable(value: Any) -> bytes | None:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError, RecursionError):
@@ -227,9 +259,9 @@ class Expected:
     """One entry as the contract says it must come out."""
 
     index: int
-    id: Optional[str]
-    tool: Optional[str]
-    server: Optional[str]
+    id: str | None
+    tool: str | None
+    server: str | None
     status: str
     dispatched: bool = False
 
@@ -243,7 +275,7 @@ class Expected:
         return self.status == "invalid_call"
 
 
-def entry_id(index: int, raw: Any) -> Optional[str]:
+def entry_id(index: int, raw: Any) -> str | None:
     if not isinstance(raw, dict) or raw.get("id") is None:
         return str(index)
     call_id = raw["id"]
@@ -289,11 +321,11 @@ def expect(index: int, raw: Any, catalog: Mapping[str, Any]) -> Expected:
 
 def _is_valid_cursor(name: str, cursor: str) -> bool:
     prefix = hosts.valid_cursor(name, 0)[:-1]
-    page = cursor[len(prefix):]
+    page = cursor[len(prefix) :]
     return cursor.startswith(prefix) and page.isascii() and page.isdigit()
 
 
-def rejection(calls: Any, expected: Sequence[Expected]) -> Optional[str]:
+def rejection(calls: Any, expected: Sequence[Expected]) -> str | None:
     if not isinstance(calls, list):
         return "calls must be a list"
     if not calls:
@@ -328,7 +360,7 @@ class Observed:
     async def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
         self.responses.append(response)
 
-    async def report_progress(self, progress: float, total: Optional[float] = None, message: Optional[str] = None) -> None:
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         self.progress.append(message or "")
 
 
@@ -395,7 +427,9 @@ def check_counts(expected: Sequence[Expected], response: Mapping[str, Any], env:
     ids_by_index = {entry.index: entry.id for entry in expected}
     failed_ids = [ids_by_index[index] for index in failing]
     if response.get("failed_ids_truncated"):
-        assert response["failed_ids"] == failed_ids[: len(response["failed_ids"])] and len(response["failed_ids"]) < len(failed_ids)
+        assert response["failed_ids"] == failed_ids[: len(response["failed_ids"])] and len(
+            response["failed_ids"]
+        ) < len(failed_ids)
     else:
         assert response["failed_ids"] == failed_ids
 
@@ -405,7 +439,7 @@ def check_items(expected: Sequence[Expected], response: Mapping[str, Any], env: 
     assert [item["index"] for item in results] == list(range(len(expected))), "one result per entry, in call order"
     failing = set(response["failed_indexes"])
     shrunk = False
-    for entry, item in zip(expected, results):
+    for entry, item in zip(expected, results, strict=True):
         keys = list(item)
         assert keys[:5] == ["index", "id", "tool", "server", "status"]
         assert item["id"] == entry.id and item["tool"] == entry.tool
@@ -508,7 +542,9 @@ async def call_over_mcp(server: Any, calls: Any) -> _compat.Answer:
 
 @profile(20)
 @given(calls=batches(json_only=True), env=environments)
-def test_every_batch_keeps_the_contract_over_mcp(published_output_schema: dict[str, Any], calls: Any, env: Environment) -> None:
+def test_every_batch_keeps_the_contract_over_mcp(
+    published_output_schema: dict[str, Any], calls: Any, env: Environment
+) -> None:
     host, observed = HostileHost(), Observed()
     server = _compat.new_server("centralmcp-batch-properties")
     hosting.install(server, host, observed)  # real entry-point discovery, a fresh host per example

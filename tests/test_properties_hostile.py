@@ -4,7 +4,8 @@ Default run: 60 engine-level examples and 15 through a real in-memory MCP sessio
 run sets ``CENTRALMCP_BATCH_PROPERTY_EXAMPLES`` (engine-level examples; the MCP leg runs a fifth
 of them, at least 15)::
 
-    CENTRALMCP_BATCH_PROPERTY_EXAMPLES=500 python -m pytest -q tests/test_properties_hostile.py --hypothesis-show-statistics
+    CENTRALMCP_BATCH_PROPERTY_EXAMPLES=500 \\
+        python -m pytest -q tests/test_properties_hostile.py --hypothesis-show-statistics
 
 Every strategy knows whether the part it drew is valid, so the expected status, id and
 failure lists of each batch are computed without the engine and compared exactly.
@@ -17,11 +18,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 import jsonschema
 import pytest
+from backends.tickets import tickets_server
+from hostile_hosts import REFUSED_BEHAVIOURS, ROUTER_TOOL_NAMES, VALID_CURSOR, HostileHost, read_behaviours
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -30,19 +33,29 @@ from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 from centralmcp_batch.router import BackendOptions, Router
 
-from backends.tickets import tickets_server
-from hostile_hosts import REFUSED_BEHAVIOURS, ROUTER_TOOL_NAMES, VALID_CURSOR, HostileHost, read_behaviours
-
 EXAMPLES = int(os.environ.get("CENTRALMCP_BATCH_PROPERTY_EXAMPLES", "60"))
 MCP_EXAMPLES = max(15, EXAMPLES // 5)
 MARK = "zq7SECRET"  # put into every argument value and cursor: it must never come back
 ABSENT = object()  # a key left out of the entry
-READ_OUTCOMES = {"succeed": "ok", "explode": "error", "hang": "error", "error_dict": "error", "kept_blocked": "blocked", "huge": "ok", "not_json": "error"}
+READ_OUTCOMES = {
+    "succeed": "ok",
+    "explode": "error",
+    "hang": "error",
+    "error_dict": "error",
+    "kept_blocked": "blocked",
+    "huge": "ok",
+    "not_json": "error",
+}
 ITEM_HEAD = ["index", "id", "tool", "server", "status"]
 CALL_TIMEOUT = "0.02"
 
 # No example database: the runs leave nothing in the checkout; a failure prints its reproduction blob.
-PROPERTY_SETTINGS = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=True)
+PROPERTY_SETTINGS = settings(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
 
 
 @dataclass(frozen=True)
@@ -51,15 +64,21 @@ class Drawn:
 
     raw: Any
     valid: bool  # passes per-entry validation
-    name: Optional[str]
+    name: str | None
     cursor: Any
 
 
 # -- strategies -----------------------------------------------------------------------
 
 marked_text = st.text(max_size=12).map(lambda tail: MARK + tail)
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), marked_text)
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=12)
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), marked_text
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
 
 
 def encoded_size(value: Any) -> int:
@@ -82,7 +101,9 @@ def nested(levels: int) -> dict[str, Any]:
 
 
 def _judged(arguments: dict[str, Any]) -> tuple[Any, bool]:
-    return arguments, encoded_size(arguments) <= models.MAX_ARGUMENT_BYTES and depth(arguments) <= models.MAX_ARGUMENT_DEPTH
+    return arguments, encoded_size(arguments) <= models.MAX_ARGUMENT_BYTES and depth(
+        arguments
+    ) <= models.MAX_ARGUMENT_DEPTH
 
 
 ARGUMENT_KINDS = ["absent", "none", "json", "json", "huge", "deep", "unencodable", "wrong_type"]
@@ -109,13 +130,26 @@ def arguments(draw: st.DrawFn, wire: bool) -> tuple[Any, bool]:
 
 
 cursors = st.one_of(
-    st.just(ABSENT), st.none(), st.just(VALID_CURSOR), st.just(""), marked_text, st.just(MARK * 500),
-    st.integers(), st.lists(marked_text, max_size=2), st.dictionaries(st.just("c"), marked_text, max_size=1),
+    st.just(ABSENT),
+    st.none(),
+    st.just(VALID_CURSOR),
+    st.just(""),
+    marked_text,
+    st.just(MARK * 500),
+    st.integers(),
+    st.lists(marked_text, max_size=2),
+    st.dictionaries(st.just("c"), marked_text, max_size=1),
 )
 KNOWN_NAMES = [*read_behaviours(), *REFUSED_BEHAVIOURS, *ROUTER_TOOL_NAMES, "no_such_tool"]
 names = st.one_of(
-    st.sampled_from(KNOWN_NAMES), st.sampled_from(KNOWN_NAMES), st.text(max_size=8), st.just(ABSENT), st.none(),
-    st.integers(), st.just("n" * 201), st.lists(st.text(max_size=3), max_size=2),
+    st.sampled_from(KNOWN_NAMES),
+    st.sampled_from(KNOWN_NAMES),
+    st.text(max_size=8),
+    st.just(ABSENT),
+    st.none(),
+    st.integers(),
+    st.just("n" * 201),
+    st.lists(st.text(max_size=3), max_size=2),
 )
 
 
@@ -126,10 +160,17 @@ def _name_valid(name: Any) -> bool:
 @st.composite
 def entries(draw: st.DrawFn, wire: bool) -> Drawn:
     if draw(st.integers(0, 19)) == 0:
-        return Drawn(draw(st.one_of(st.integers(), marked_text, st.lists(st.integers(), max_size=2), st.none())), False, None, None)
+        return Drawn(
+            draw(st.one_of(st.integers(), marked_text, st.lists(st.integers(), max_size=2), st.none())),
+            False,
+            None,
+            None,
+        )
     name, cursor = draw(names), draw(cursors)
     args, args_valid = draw(arguments(wire))
-    raw = {key: value for key, value in (("name", name), ("arguments", args), ("cursor", cursor)) if value is not ABSENT}
+    raw = {
+        key: value for key, value in (("name", name), ("arguments", args), ("cursor", cursor)) if value is not ABSENT
+    }
     cursor_valid = cursor is ABSENT or cursor is None or isinstance(cursor, str)
     valid = _name_valid(name) and args_valid and cursor_valid
     return Drawn(raw, valid, name if isinstance(name, str) else None, None if cursor is ABSENT else cursor)
@@ -143,8 +184,14 @@ def give_id(entry: Drawn, position: int, kind: str, text: str) -> Drawn:
     if not isinstance(entry.raw, dict) or kind == "absent":
         return entry
     value: Any = {
-        "none": None, "unique": f"{text}#{position}", "random": text, "empty": "", "max": f"{position:03d}" + "i" * 97,
-        "too_long": "i" * 101, "int": position, "list": [position],
+        "none": None,
+        "unique": f"{text}#{position}",
+        "random": text,
+        "empty": "",
+        "max": f"{position:03d}" + "i" * 97,
+        "too_long": "i" * 101,
+        "int": position,
+        "list": [position],
     }[kind]
     valid = entry.valid and (value is None or (isinstance(value, str) and 0 < len(value) <= models.MAX_ID_CHARS))
     return Drawn({**entry.raw, "id": value}, valid, entry.name, entry.cursor)
@@ -155,7 +202,11 @@ def batches(draw: st.DrawFn, wire: bool = False) -> Any:
     """Mostly 1..25 entries; sometimes a batch the whole-batch checks reject."""
     shape = draw(st.integers(0, 29))
     if shape == 0:
-        return draw(st.one_of(st.none(), marked_text, st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+        return draw(
+            st.one_of(
+                st.none(), marked_text, st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+            )
+        )
     if shape == 1:
         return []
     if shape == 2:
@@ -163,7 +214,9 @@ def batches(draw: st.DrawFn, wire: bool = False) -> Any:
     drawn = draw(st.lists(entries(wire), min_size=1, max_size=models.MAX_CALLS))
     kinds = draw(st.lists(st.sampled_from(ID_KINDS), min_size=len(drawn), max_size=len(drawn)))
     texts = draw(st.lists(st.text(min_size=1, max_size=6), min_size=len(drawn), max_size=len(drawn)))
-    return [give_id(entry, i, kind, text) for i, (entry, kind, text) in enumerate(zip(drawn, kinds, texts))]
+    return [
+        give_id(entry, i, kind, text) for i, (entry, kind, text) in enumerate(zip(drawn, kinds, texts, strict=True))
+    ]
 
 
 budgets = st.one_of(st.integers(1_024, 4_096), st.integers(1_024, 400_000))
@@ -188,7 +241,7 @@ def reaches_backend(entry: Drawn) -> bool:
     return entry.valid and entry.name in READ_OUTCOMES and entry.cursor in (None, VALID_CURSOR)
 
 
-def expected_id(index: int, entry: Drawn) -> Optional[str]:
+def expected_id(index: int, entry: Drawn) -> str | None:
     if not isinstance(entry.raw, dict):
         return str(index)
     value = entry.raw.get("id")
@@ -197,7 +250,7 @@ def expected_id(index: int, entry: Drawn) -> Optional[str]:
     return value if isinstance(value, str) and 0 < len(value) <= models.MAX_ID_CHARS else None
 
 
-def expected_rejection(calls: Any) -> Optional[str]:
+def expected_rejection(calls: Any) -> str | None:
     if not isinstance(calls, list):
         return "calls must be a list"
     if not calls:
@@ -271,7 +324,9 @@ def check_summary(calls: list[Drawn], response: dict[str, Any]) -> None:
 
 
 def check_dispatch(calls: list[Drawn], host: HostileHost) -> None:
-    assert set(host.dispatched) <= set(READ_OUTCOMES), "a write, destructive, unannotated or unknown tool was dispatched"
+    assert set(host.dispatched) <= set(READ_OUTCOMES), (
+        "a write, destructive, unannotated or unknown tool was dispatched"
+    )
     assert sorted(host.dispatched) == sorted(entry.name for entry in calls if reaches_backend(entry))
     assert host.cancelled == sum(1 for entry in calls if reaches_backend(entry) and entry.name == "hang")
 
@@ -303,7 +358,7 @@ def test_engine_invariants_for_random_batches(calls: Any, limit: int, concurrenc
     check_response(calls, response, host, limit)
 
 
-async def _over_mcp(server: Any, calls: Any) -> tuple[_compat.Answer, Optional[dict[str, Any]]]:
+async def _over_mcp(server: Any, calls: Any) -> tuple[_compat.Answer, dict[str, Any] | None]:
     async with _compat.connect(server) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
         answer = await client.call_tool(batch_tool.TOOL_NAME, {"calls": calls})
@@ -341,13 +396,25 @@ class _DispatchSpy:
 
 
 UNTRUSTED_READS = frozenset({"list_tickets", "process_id", "ping_ticketing"})  # ping: a diagnostic the operator allowed
-TICKET_TOOLS = ["list_tickets", "get_ticket", "slow_ticket", "process_id", "close_ticket", "purge_tickets", "ping_ticketing", "unannotated_ticket_count"]
+TICKET_TOOLS = [
+    "list_tickets",
+    "get_ticket",
+    "slow_ticket",
+    "process_id",
+    "close_ticket",
+    "purge_tickets",
+    "ping_ticketing",
+    "unannotated_ticket_count",
+]
 
 
 def untrusted_router() -> tuple[Router, _DispatchSpy]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "100000")  # read once, when the router is built
-        router = Router({"tickets": tickets_server()}, options={"tickets": BackendOptions(trust_annotations=False, read_allow=UNTRUSTED_READS)})
+        router = Router(
+            {"tickets": tickets_server()},
+            options={"tickets": BackendOptions(trust_annotations=False, read_allow=UNTRUSTED_READS)},
+        )
     spy = _DispatchSpy()
     router.plugin_manager.register(spy)
     return router, spy
@@ -366,7 +433,7 @@ def test_an_untrusted_backend_only_reads_its_allow_list(calls: list[dict[str, An
     response = anyio.run(batch_tool.run, router.hooks, calls)
     assert MARK not in budget.encode(response).decode()
     assert set(spy.dispatched) <= UNTRUSTED_READS
-    for entry, item in zip(calls, response["results"]):
+    for entry, item in zip(calls, response["results"], strict=True):
         allowed = entry["name"] in UNTRUSTED_READS
         if not allowed:
             assert item["status"] in ("blocked", "unknown_tool")
@@ -374,4 +441,6 @@ def test_an_untrusted_backend_only_reads_its_allow_list(calls: list[dict[str, An
             assert item["status"] == "invalid_cursor"
         else:
             assert item["status"] == "ok"
-    assert sorted(spy.dispatched) == sorted(e["name"] for e in calls if e["name"] in UNTRUSTED_READS and e.get("cursor") is None)
+    assert sorted(spy.dispatched) == sorted(
+        e["name"] for e in calls if e["name"] in UNTRUSTED_READS and e.get("cursor") is None
+    )

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from backends.tickets import tickets_server
 
 from centralmcp_batch import HostContractError, _compat
 from centralmcp_batch.hookspecs import hookimpl
@@ -20,12 +21,12 @@ from centralmcp_batch.router.bounding import Bounds, bound
 from centralmcp_batch.router.limiter import TokenBucket
 from centralmcp_batch.testing import call
 
-from backends.tickets import tickets_server
-
 pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 TICKETS_SCRIPT = str(HERE / "backends" / "tickets.py")
-NOT_READ_ONLY = "Tool '{}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+NOT_READ_ONLY = (
+    "Tool '{}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
@@ -49,14 +50,23 @@ async def test_the_router_publishes_its_tools_and_the_plugins(router: Router) ->
     async with _compat.connect(router.server) as client:
         names = {tool.name for tool in await client.list_tools()}
     assert names == {"find_tool", "invoke_read_tool", "invoke_read_tool_batch"}
-    assert any(name == "batch" for name, _ in [(router.plugin_manager.get_name(p), p) for p in router.plugin_manager.get_plugins()])
+    assert any(
+        name == "batch"
+        for name, _ in [(router.plugin_manager.get_name(p), p) for p in router.plugin_manager.get_plugins()]
+    )
 
 
 async def test_find_tool_classifies_like_centralmcp(router: Router) -> None:
     answer = await call(router.server, "find_tool", {"query": "ticket", "top_k": 20})
     hits = {hit["name"]: hit for hit in answer.structured["results"]}
-    assert hits["list_tickets"]["capability"] == "read" and hits["list_tickets"]["recommended_dispatcher"] == "invoke_read_tool"
-    assert hits["close_ticket"]["capability"] == "write" and hits["close_ticket"]["recommended_dispatcher"] == "invoke_tool"
+    assert (
+        hits["list_tickets"]["capability"] == "read"
+        and hits["list_tickets"]["recommended_dispatcher"] == "invoke_read_tool"
+    )
+    assert (
+        hits["close_ticket"]["capability"] == "write"
+        and hits["close_ticket"]["recommended_dispatcher"] == "invoke_tool"
+    )
     assert hits["purge_tickets"]["capability"] == "destructive"
     assert hits["unannotated_ticket_count"]["capability"] == "write"
     assert hits["get_ticket"]["params"] == ["ticket_id"] and hits["get_ticket"]["server"] == "tickets"
@@ -68,7 +78,9 @@ async def test_the_gate_refuses_everything_but_reads_with_centralmcps_message(ro
     for name in ("close_ticket", "purge_tickets", "ping_ticketing", "unannotated_ticket_count"):
         answer = await call(router.server, "invoke_read_tool", {"name": name})
         assert answer.structured == {"error": NOT_READ_ONLY.format(name), "tool": name, "status": "blocked"}
-    response = await batch(router.server, [{"name": "close_ticket"}, {"name": "get_ticket", "arguments": {"ticket_id": "T-0001"}}])
+    response = await batch(
+        router.server, [{"name": "close_ticket"}, {"name": "get_ticket", "arguments": {"ticket_id": "T-0001"}}]
+    )
     assert [item["status"] for item in response["results"]] == ["blocked", "ok"]
     assert response["results"][1]["result"]["title"] == "ticket 1"
 
@@ -76,7 +88,14 @@ async def test_the_gate_refuses_everything_but_reads_with_centralmcps_message(ro
 async def test_untrusted_annotations_and_an_allow_list() -> None:
     options = {"tickets": BackendOptions(trust_annotations=False, read_allow=frozenset({"get_ticket", "close_ticket"}))}
     router = Router({"tickets": tickets_server()}, options=options)
-    response = await batch(router.server, [{"name": "list_tickets"}, {"name": "get_ticket", "arguments": {"ticket_id": "T-0002"}}, {"name": "close_ticket", "arguments": {"ticket_id": "T-1"}}])
+    response = await batch(
+        router.server,
+        [
+            {"name": "list_tickets"},
+            {"name": "get_ticket", "arguments": {"ticket_id": "T-0002"}},
+            {"name": "close_ticket", "arguments": {"ticket_id": "T-1"}},
+        ],
+    )
     assert [item["status"] for item in response["results"]] == ["blocked", "ok", "ok"]
 
 
@@ -88,21 +107,33 @@ def test_two_backends_with_one_tool_name_are_a_startup_error() -> None:
 async def test_a_clipped_read_resumes_inside_a_batch_with_its_cursor(router: Router) -> None:
     first = await call(router.server, "invoke_read_tool", {"name": "list_tickets"})
     page = first.structured
-    assert len(page["tickets"]) == 200 and page["_pagination"]["has_more"] is True and page["_response_bounds"]["clipped"]
-    response = await batch(router.server, [
-        {"name": "list_tickets", "id": "next", "cursor": page["next_cursor"]},
-        {"name": "list_tickets", "id": "other-args", "arguments": {"state": "open"}, "cursor": page["next_cursor"]},
-        {"name": "get_ticket", "id": "other-tool", "arguments": {"ticket_id": "T-0001"}, "cursor": page["next_cursor"]},
-        {"name": "list_tickets", "id": "tampered", "cursor": page["next_cursor"][:-2] + "xx"},
-        {"name": "list_tickets", "id": "long", "cursor": "c" * 600},
-        {"name": "list_tickets", "id": "non-ascii", "cursor": "s\u00e9cret.\u0080"},
-    ])
+    assert (
+        len(page["tickets"]) == 200 and page["_pagination"]["has_more"] is True and page["_response_bounds"]["clipped"]
+    )
+    response = await batch(
+        router.server,
+        [
+            {"name": "list_tickets", "id": "next", "cursor": page["next_cursor"]},
+            {"name": "list_tickets", "id": "other-args", "arguments": {"state": "open"}, "cursor": page["next_cursor"]},
+            {
+                "name": "get_ticket",
+                "id": "other-tool",
+                "arguments": {"ticket_id": "T-0001"},
+                "cursor": page["next_cursor"],
+            },
+            {"name": "list_tickets", "id": "tampered", "cursor": page["next_cursor"][:-2] + "xx"},
+            {"name": "list_tickets", "id": "long", "cursor": "c" * 600},
+            {"name": "list_tickets", "id": "non-ascii", "cursor": "s\u00e9cret.\u0080"},
+        ],
+    )
     items = {item["id"]: item for item in response["results"]}
     assert items["next"]["status"] == "ok" and items["next"]["result"]["tickets"][0]["id"] == "T-0200"
     assert items["next"]["result"]["_pagination"]["offset"] == 200
     assert items["other-args"]["error"] == "cursor was issued for other arguments"
     assert items["other-tool"]["error"] == "cursor was issued for another tool"
-    assert {items[key]["status"] for key in ("other-args", "other-tool", "tampered", "long", "non-ascii")} == {"invalid_cursor"}
+    assert {items[key]["status"] for key in ("other-args", "other-tool", "tampered", "long", "non-ascii")} == {
+        "invalid_cursor"
+    }
     assert items["non-ascii"]["error"] == "cursor is malformed or its signature does not match"
     assert page["next_cursor"] not in str(response)
 
@@ -145,7 +176,16 @@ async def test_one_limiter_token_per_backend_call_and_none_for_refusals(router: 
             return (yield)
 
     router.plugin_manager.register(Spy())
-    await batch(router.server, [{"name": "process_id"}, {"name": "close_ticket"}, {"name": "nope"}, {"name": "process_id", "cursor": "bad"}, {"name": "get_ticket", "arguments": {"ticket_id": "T-0003"}}])
+    await batch(
+        router.server,
+        [
+            {"name": "process_id"},
+            {"name": "close_ticket"},
+            {"name": "nope"},
+            {"name": "process_id", "cursor": "bad"},
+            {"name": "get_ticket", "arguments": {"ticket_id": "T-0003"}},
+        ],
+    )
     await call(router.server, "invoke_read_tool", {"name": "process_id"})
     assert sorted(drawn) == ["get_ticket", "process_id", "process_id"]
 
@@ -183,7 +223,7 @@ def write_config(tmp_path: Path) -> Path:
         "[backends.local]\n"
         'module = "tests.backends.tickets:tickets_server"\n'
         "[backends.remote]\n"
-        f'command = {sys.executable!r}\n'
+        f"command = {sys.executable!r}\n"
         f"args = [{TICKETS_SCRIPT!r}]\n"
         'env = { TICKETS_PREFIX = "remote_" }\n'
         "[backends.broken]\n"
@@ -212,7 +252,12 @@ def check_mixed(response: dict[str, Any]) -> None:
 @pytest.mark.slow
 async def test_end_to_end_over_stdio_with_a_remote_stdio_backend(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    params = _compat.StdioServerParameters(command=sys.executable, args=["-m", "centralmcp_batch", "serve", "--config", str(config)], env=subprocess_env(), cwd=str(HERE.parent))
+    params = _compat.StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "centralmcp_batch", "serve", "--config", str(config)],
+        env=subprocess_env(),
+        cwd=str(HERE.parent),
+    )
     with anyio.fail_after(60):
         async with _compat.connect(params) as client:
             check_mixed((await client.call_tool("invoke_read_tool_batch", {"calls": MIXED})).structured)
@@ -224,8 +269,21 @@ async def test_end_to_end_over_stdio_with_a_remote_stdio_backend(tmp_path: Path)
 async def test_end_to_end_over_streamable_http_and_reconnect(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     port = free_port()
-    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config), "--transport", "http", "--port", str(port)]
-    process = subprocess.Popen(command, env=subprocess_env(), cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    command = [
+        sys.executable,
+        "-m",
+        "centralmcp_batch",
+        "serve",
+        "--config",
+        str(config),
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(
+        command, env=subprocess_env(), cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         url = f"http://127.0.0.1:{port}/mcp"
         await wait_for_port(port)
@@ -236,7 +294,17 @@ async def test_end_to_end_over_streamable_http_and_reconnect(tmp_path: Path) -> 
             os.kill(pid, 9)  # the remote backend dies between batches
             async with _compat.connect(url) as client:
                 while True:  # its entries fail until the router has reconnected; the others always succeed
-                    response = (await client.call_tool("invoke_read_tool_batch", {"calls": [{"name": "remote_process_id"}, {"name": "get_ticket", "arguments": {"ticket_id": "T-0001"}}]})).structured
+                    response = (
+                        await client.call_tool(
+                            "invoke_read_tool_batch",
+                            {
+                                "calls": [
+                                    {"name": "remote_process_id"},
+                                    {"name": "get_ticket", "arguments": {"ticket_id": "T-0001"}},
+                                ]
+                            },
+                        )
+                    ).structured
                     assert response["results"][1]["status"] == "ok"
                     if response["results"][0]["status"] == "ok":
                         break

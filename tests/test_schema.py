@@ -138,8 +138,17 @@ def broken(change: str) -> Any:
 
 @pytest.mark.parametrize(
     "change",
-    ["no ok", "ok not a boolean", "unknown status", "item without index", "index not an integer", "results not a list",
-     "counts incomplete", "over 25 results", "not an object"],
+    [
+        "no ok",
+        "ok not a boolean",
+        "unknown status",
+        "item without index",
+        "index not an integer",
+        "results not a list",
+        "counts incomplete",
+        "over 25 results",
+        "not an object",
+    ],
 )
 def test_wrong_shapes_fail_the_schema(change: str) -> None:
     jsonschema.validate(a_response(), SCHEMA)

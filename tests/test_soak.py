@@ -36,18 +36,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 import pytest
 import uvicorn
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
+from soak_clients import ENTRIES, tagged_calls
 
 from centralmcp_batch import _compat
 from centralmcp_batch.router import Router
-
-from soak_clients import ENTRIES, tagged_calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -117,7 +116,7 @@ def counted_logs(handler: CountingHandler) -> Iterator[None]:
     try:
         yield
     finally:
-        for logger, (propagate, handlers) in zip(loggers, saved):
+        for logger, (propagate, handlers) in zip(loggers, saved, strict=True):
             logger.propagate, logger.handlers = propagate, handlers
 
 
@@ -203,7 +202,7 @@ def watched_objects() -> Counter[str]:
     return Counter(name for name in names if name.startswith(WATCHED_MODULES))
 
 
-async def settled_sample(router: Router, warm_tasks: Optional[int]) -> dict[str, Any]:
+async def settled_sample(router: Router, warm_tasks: int | None) -> dict[str, Any]:
     """What the router holds once every client of a round has gone and the server has caught up.
 
     The warm-up round may leave tasks that live as long as the process (sse-starlette's shutdown
@@ -226,7 +225,9 @@ async def settled_sample(router: Router, warm_tasks: Optional[int]) -> dict[str,
 # -- the soak ---------------------------------------------------------------------------
 
 
-async def test_many_http_clients_soak_the_router_and_nothing_is_lost_or_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_many_http_clients_soak_the_router_and_nothing_is_lost_or_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name, value in {"RATE_PER_SECOND": RATE, "RATE_BURST": BURST, "BATCH_CONCURRENCY": 8}.items():
         monkeypatch.setenv(f"CENTRALMCP_ROUTER_{name}", str(value))
     soak, logs = Soak(), CountingHandler()

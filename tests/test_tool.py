@@ -22,7 +22,12 @@ async def listed(server: Any) -> _compat.ToolInfo:
 
 async def test_published_annotations_and_description(centralmcp_server: Any) -> None:
     tool = await listed(centralmcp_server)
-    assert tool.annotations == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
+    assert tool.annotations == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": True,
+    }
     assert "bounded concurrency" in tool.description and "sequential" not in tool.description
 
 
@@ -42,7 +47,10 @@ async def test_published_input_schema_states_the_call_object_and_bounds(centralm
 async def test_responses_are_structured_and_match_the_output_schema(centralmcp_server: Any) -> None:
     schema = (await listed(centralmcp_server)).output_schema
     assert schema is not None and schema["type"] == "object"
-    for arguments in ({"calls": [{"name": "echo", "arguments": {"q": 1}}, {"name": "delete_everything"}]}, {"calls": []}):
+    for arguments in (
+        {"calls": [{"name": "echo", "arguments": {"q": 1}}, {"name": "delete_everything"}]},
+        {"calls": []},
+    ):
         answer = await call(centralmcp_server, "invoke_read_tool_batch", arguments)
         assert not answer.is_error
         jsonschema.validate(answer.structured, schema)
@@ -60,7 +68,9 @@ async def test_responses_are_structured_and_match_the_output_schema(centralmcp_s
         ({"calls": [{"name": "echo", "id": "a"}, {"name": "slow", "id": "a"}]}, "duplicate call id 'a'"),
     ],
 )
-async def test_whole_batch_problems_are_a_structured_result_not_a_protocol_error(centralmcp_server: Any, centralmcp_host: Any, arguments: dict[str, Any], error: str) -> None:
+async def test_whole_batch_problems_are_a_structured_result_not_a_protocol_error(
+    centralmcp_server: Any, centralmcp_host: Any, arguments: dict[str, Any], error: str
+) -> None:
     answer = await call(centralmcp_server, "invoke_read_tool_batch", arguments)
     assert not answer.is_error
     assert answer.structured["ok"] is False and answer.structured["error"].startswith(error)
@@ -79,7 +89,14 @@ async def test_a_mixed_batch_end_to_end(centralmcp_server: Any, centralmcp_host:
     ]
     answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
     response = answer.structured
-    assert [item["status"] for item in response["results"]] == ["ok", "blocked", "unknown_tool", "ok", "invalid_cursor", "invalid_call"]
+    assert [item["status"] for item in response["results"]] == [
+        "ok",
+        "blocked",
+        "unknown_tool",
+        "ok",
+        "invalid_cursor",
+        "invalid_call",
+    ]
     assert response["results"][3]["result"] == {"arguments": {}, "page": 3}
     assert response["failed_ids"] == ["write", "unknown", "forged", "bad"]
     assert centralmcp_host.tokens == ["echo", "echo"]
@@ -91,7 +108,9 @@ async def test_progress_one_notification_per_entry(centralmcp_server: Any) -> No
     async def on_progress(progress: float, total: Any, message: Any) -> None:
         seen.append((progress, total, message))
 
-    calls = [{"name": "slow", "id": f"s{i}", "arguments": {"seconds": 0.01 * i}} for i in range(5)] + [{"name": "x" * 300}]
+    calls = [{"name": "slow", "id": f"s{i}", "arguments": {"seconds": 0.01 * i}} for i in range(5)] + [
+        {"name": "x" * 300}
+    ]
     answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls}, progress=on_progress)
     assert answer.structured["counts"]["total"] == 6
     with anyio.fail_after(5):
@@ -143,7 +162,9 @@ def test_a_server_that_already_has_the_tool_is_refused() -> None:
     assert batch_tool.TOOL_NAME == "invoke_read_tool_batch"
 
 
-async def test_a_client_that_cancels_stops_every_call_in_flight_and_dispatches_no_more(centralmcp_server: Any, centralmcp_host: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_client_that_cancels_stops_every_call_in_flight_and_dispatches_no_more(
+    centralmcp_server: Any, centralmcp_host: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "3")
     state = {"started": 0, "cancelled": 0}
 

@@ -115,8 +115,7 @@ async def test_the_four_inputs_of_the_issue_come_back_structured_without_the_val
         "tags[0][0]: Input should be a valid integer, unable to parse string as an integer [int_parsing]"
     )
     assert (
-        errors[3]
-        == "invalid arguments for tool 'probe_read': filters[<key>]: "
+        errors[3] == "invalid arguments for tool 'probe_read': filters[<key>]: "
         "Input should be a valid integer, unable to parse string as an integer [int_parsing]"
     )
 

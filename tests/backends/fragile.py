@@ -12,7 +12,7 @@ import asyncio
 import os
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from centralmcp_batch import _compat
 
@@ -50,7 +50,7 @@ class Blocker:
         self.finished = threading.Event()
 
 
-def fragile_server(name: str = "fragile", blocker: Optional[Blocker] = None) -> Any:
+def fragile_server(name: str = "fragile", blocker: Blocker | None = None) -> Any:
     """The server; ``blocker`` is what its ``block_sync`` waits on (each server its own by default)."""
     server = _compat.new_server(name)
     blocker = blocker or Blocker()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 import anyio
 
@@ -19,7 +19,7 @@ TICKETS = [{"id": f"T-{n:04d}", "title": f"ticket {n}", "state": "open" if n % 3
 def tickets_server(prefix: str = "") -> Any:
     server = _compat.new_server(f"tickets{prefix}")
 
-    def list_tickets(state: Optional[str] = None) -> dict[str, Any]:
+    def list_tickets(state: str | None = None) -> dict[str, Any]:
         return {"tickets": [t for t in TICKETS if state in (None, t["state"])], "source": "tickets"}
 
     def get_ticket(ticket_id: str) -> dict[str, Any]:
@@ -44,14 +44,27 @@ def tickets_server(prefix: str = "") -> Any:
     def unannotated_ticket_count() -> int:
         return len(TICKETS)
 
-    for fn, annotations in [(list_tickets, READ), (get_ticket, READ), (slow_ticket, READ), (process_id, READ), (close_ticket, WRITE),
-                            (purge_tickets, DESTRUCTIVE), (ping_ticketing, DIAGNOSTIC), (unannotated_ticket_count, None)]:
+    for fn, hints in [
+        (list_tickets, READ),
+        (get_ticket, READ),
+        (slow_ticket, READ),
+        (process_id, READ),
+        (close_ticket, WRITE),
+        (purge_tickets, DESTRUCTIVE),
+        (ping_ticketing, DIAGNOSTIC),
+        (unannotated_ticket_count, None),
+    ]:
         name = prefix + fn.__name__
-        server.add_tool(fn, name=name, description=f"{fn.__name__.replace('_', ' ')} in the ticketing system", annotations=_annotations(annotations))
+        server.add_tool(
+            fn,
+            name=name,
+            description=f"{fn.__name__.replace('_', ' ')} in the ticketing system",
+            annotations=_annotations(hints),
+        )
     return server
 
 
-def _annotations(annotations: Optional[dict[str, Any]]) -> Any:
+def _annotations(annotations: dict[str, Any] | None) -> Any:
     return None if annotations is None else _compat.ToolAnnotations.model_validate(annotations)
 
 

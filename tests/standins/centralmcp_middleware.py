@@ -27,7 +27,7 @@ import os
 import re
 import secrets
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 from centralmcp_batch import _compat
 
@@ -36,8 +36,27 @@ log = logging.getLogger(__name__)
 TOKEN_PREFIX = "cmcp_secret_"
 _TOKEN = re.compile(re.escape(TOKEN_PREFIX) + "[0-9a-f]{32}")
 _SECRET_NAMES = {"auth", "authorization", "key", "community_string", "snmp_read", "snmp_write"}
-_SECRET_ENDINGS = ("api_key", "apikey", "credential", "credentials", "_key", "passphrase", "password", "psk", "secret", "token")
-_FAILURE_STATUS = {"blocked": 403, "forbidden": 403, "not_found": 404, "cancelled": 409, "declined": 409, "error": 500, "failed": 500}
+_SECRET_ENDINGS = (
+    "api_key",
+    "apikey",
+    "credential",
+    "credentials",
+    "_key",
+    "passphrase",
+    "password",
+    "psk",
+    "secret",
+    "token",
+)
+_FAILURE_STATUS = {
+    "blocked": 403,
+    "forbidden": 403,
+    "not_found": 404,
+    "cancelled": 409,
+    "declined": 409,
+    "error": 500,
+    "failed": 500,
+}
 
 
 # -- the installer ------------------------------------------------------------------------
@@ -107,7 +126,7 @@ class SecretTokenizeMiddleware:
             return self._no_session
         return self._by_session.setdefault(session, {})
 
-    def before_call(self, name: str, arguments: dict[str, Any], context: Any = None) -> Optional[dict[str, Any]]:
+    def before_call(self, name: str, arguments: dict[str, Any], context: Any = None) -> dict[str, Any] | None:
         return self._resolve(arguments, self.vault(context)) if tokenizing() else None
 
     def after_call(self, name: str, arguments: dict[str, Any], result: Any, context: Any = None) -> Any:
@@ -137,7 +156,7 @@ class SecretTokenizeMiddleware:
 # -- the failure envelope ---------------------------------------------------------------------
 
 
-def failure_status(result: dict[str, Any]) -> Optional[int]:
+def failure_status(result: dict[str, Any]) -> int | None:
     status = result.get("status")
     if isinstance(status, int) and status >= 400:
         return status
@@ -147,7 +166,7 @@ def failure_status(result: dict[str, Any]) -> Optional[int]:
 
 
 class ResponseEnvelopeMiddleware:
-    def after_call(self, name: str, arguments: dict[str, Any], result: Any) -> Optional[dict[str, Any]]:
+    def after_call(self, name: str, arguments: dict[str, Any], result: Any) -> dict[str, Any] | None:
         if not isinstance(result, dict) or {"ok", "data", "tool"} <= set(result):
             return None
         status = failure_status(result)

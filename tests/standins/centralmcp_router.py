@@ -17,11 +17,13 @@ import logging
 import os
 import secrets
 import time
-from typing import Any, Awaitable, Callable, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from standins.centralmcp_shared import DESTRUCTIVE, DIAGNOSTIC, MAX_LIST_LIMIT, READ_ONLY, bound_collection_response
 
 from centralmcp_batch import _compat
 from centralmcp_batch._compat import Context
-from standins.centralmcp_shared import DESTRUCTIVE, DIAGNOSTIC, MAX_LIST_LIMIT, READ_ONLY, bound_collection_response
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +80,14 @@ def _env_positive_int(name: str, default: int, *, minimum: int = 1) -> int:
     return value if value >= minimum else default
 
 
-def _json_byte_size(value: Any) -> Optional[int]:
+def _json_byte_size(value: Any) -> int | None:
     try:
         return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
     except (TypeError, ValueError):
         return None
 
 
-def _preview(result: Any, bytes_budget: int, reason: str, item_limit: Optional[int]) -> dict[str, Any]:
+def _preview(result: Any, bytes_budget: int, reason: str, item_limit: int | None) -> dict[str, Any]:
     raw = json.dumps(result, ensure_ascii=False, default=str).encode("utf-8")
     marker = {"truncated": True, "reason": "byte_budget", "byte_limit": bytes_budget, "size_bytes": len(raw)}
     if item_limit is not None:
@@ -97,17 +99,21 @@ def _preview(result: Any, bytes_budget: int, reason: str, item_limit: Optional[i
 def _bound_router_response(
     result: Any,
     *,
-    max_items: Optional[int] = None,
-    max_bytes: Optional[int] = None,
+    max_items: int | None = None,
+    max_bytes: int | None = None,
     offset: int = 0,
     enable_cursor: bool = False,
-    tool_name: Optional[str] = None,
-    tool_arguments: Optional[dict[str, Any]] = None,
+    tool_name: str | None = None,
+    tool_arguments: dict[str, Any] | None = None,
 ) -> Any:
     if (isinstance(result, dict) and "error" in result) or not isinstance(result, (dict, list)):
         return result
-    items_budget = max(1, min(max_items or _env_positive_int(_RESPONSE_BUDGET_ITEMS_ENV, MAX_LIST_LIMIT), MAX_LIST_LIMIT))
-    bytes_budget = max_bytes or _env_positive_int(_RESPONSE_BUDGET_BYTES_ENV, 200_000, minimum=_RESPONSE_BUDGET_MIN_BYTES)
+    items_budget = max(
+        1, min(max_items or _env_positive_int(_RESPONSE_BUDGET_ITEMS_ENV, MAX_LIST_LIMIT), MAX_LIST_LIMIT)
+    )
+    bytes_budget = max_bytes or _env_positive_int(
+        _RESPONSE_BUDGET_BYTES_ENV, 200_000, minimum=_RESPONSE_BUDGET_MIN_BYTES
+    )
     resume_offset = max(0, int(offset or 0))
     data = {"items": result} if isinstance(result, list) else result
     lists = [(len(v), k) for k, v in data.items() if isinstance(v, list) and k != "_pagination"]
@@ -131,13 +137,23 @@ def _bound_router_response(
     next_offset = resume_offset + len(page[key])
     if not (page["_pagination"]["truncated"] or byte_shrunk):
         return page
-    reason = "+".join(r for r, on in (("item_budget", item_overflow), ("byte_budget", byte_shrunk)) if on) or "item_budget"
+    reason = (
+        "+".join(r for r, on in (("item_budget", item_overflow), ("byte_budget", byte_shrunk)) if on) or "item_budget"
+    )
     clipped = next_offset < len(data[key])
     can_emit_cursor = enable_cursor and clipped and tool_name is not None and tool_arguments is not None
-    marker = {"truncated": True, "reason": reason, "byte_limit": bytes_budget, "item_limit": limit, "resumable": can_emit_cursor}
+    marker = {
+        "truncated": True,
+        "reason": reason,
+        "byte_limit": bytes_budget,
+        "item_limit": limit,
+        "resumable": can_emit_cursor,
+    }
     page = {**page, "_response_bounds": marker}
     if can_emit_cursor:
-        page["next_cursor"] = _encode_continuation_cursor(name=tool_name, arguments=tool_arguments, next_offset=next_offset)
+        page["next_cursor"] = _encode_continuation_cursor(
+            name=tool_name, arguments=tool_arguments, next_offset=next_offset
+        )
         page["cursor_expires_in_seconds"] = _cursor_ttl_seconds()
     return page
 
@@ -158,7 +174,7 @@ def _cursor_ttl_seconds() -> int:
     return max(30, min(_env_positive_int(_CURSOR_TTL_ENV, 900), 3600))
 
 
-def _strip_null_arguments(arguments: Optional[dict[str, Any]]) -> dict[str, Any]:
+def _strip_null_arguments(arguments: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (arguments or {}).items() if v is not None}
 
 
@@ -183,7 +199,13 @@ def _sign(payload: bytes) -> bytes:
 
 
 def _encode_continuation_cursor(*, name: str, arguments: dict[str, Any], next_offset: int) -> str:
-    payload = {"v": _CURSOR_VERSION, "exp": int(time.time()) + _cursor_ttl_seconds(), "off": int(next_offset), "t": _digest(name), "a": _args_digest(arguments)}
+    payload = {
+        "v": _CURSOR_VERSION,
+        "exp": int(time.time()) + _cursor_ttl_seconds(),
+        "off": int(next_offset),
+        "t": _digest(name),
+        "a": _args_digest(arguments),
+    }
     raw = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return f"{_b64u(raw)}.{_b64u(_sign(raw))}"
 
@@ -226,10 +248,10 @@ def _decode_and_verify_continuation_cursor(cursor: str, *, name: str, arguments:
 
 # -- the dispatch rate gate -------------------------------------------------------------
 
-_dispatch_rate_gate: Optional[Callable[[], Awaitable[None]]] = None
+_dispatch_rate_gate: Callable[[], Awaitable[None]] | None = None
 
 
-def set_dispatch_rate_gate(gate: Optional[Callable[[], Awaitable[None]]]) -> None:
+def set_dispatch_rate_gate(gate: Callable[[], Awaitable[None]] | None) -> None:
     """Install (or clear) the per-backend-call rate gate awaited by dispatch."""
     global _dispatch_rate_gate
     _dispatch_rate_gate = gate
@@ -252,7 +274,16 @@ def _unknown_tool_error(name: str) -> dict[str, Any]:
     return {"error": f"Unknown tool '{name}'. Use find_tool to discover.", "tool": name, "status": "unknown_tool"}
 
 
-async def _dispatch_tool(ctx: Any, name: str, arguments: Optional[dict[str, Any]] = None, *, resume_offset: int = 0, enable_cursor: bool = False, max_items: Optional[int] = None, max_bytes: Optional[int] = None) -> Any:
+async def _dispatch_tool(
+    ctx: Any,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    resume_offset: int = 0,
+    enable_cursor: bool = False,
+    max_items: int | None = None,
+    max_bytes: int | None = None,
+) -> Any:
     _load_all_backends()
     backend = _tool_servers.get(name)
     if backend is None:
@@ -264,27 +295,50 @@ async def _dispatch_tool(ctx: Any, name: str, arguments: Optional[dict[str, Any]
     except Exception as e:
         result = {"error": f"{type(e).__name__}: {e}"}
     cursor_eligible = enable_cursor and _tool_capability(_tool_index[name]) == "read"
-    return _bound_router_response(result, max_items=max_items, max_bytes=max_bytes, offset=resume_offset, enable_cursor=cursor_eligible, tool_name=name, tool_arguments=args)
+    return _bound_router_response(
+        result,
+        max_items=max_items,
+        max_bytes=max_bytes,
+        offset=resume_offset,
+        enable_cursor=cursor_eligible,
+        tool_name=name,
+        tool_arguments=args,
+    )
 
 
-async def _dispatch_read_tool(ctx: Any, name: str, arguments: Optional[dict[str, Any]] = None, cursor: Optional[str] = None, *, max_items: Optional[int] = None, max_bytes: Optional[int] = None) -> Any:
+async def _dispatch_read_tool(
+    ctx: Any,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    cursor: str | None = None,
+    *,
+    max_items: int | None = None,
+    max_bytes: int | None = None,
+) -> Any:
     _load_all_backends()
     tool = _tool_index.get(name)
     if tool is None:
         return _unknown_tool_error(name)
     if not _is_read_only_tool(tool):
         return {
-            "error": f"Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions.",
+            "error": (
+                f"Tool '{name}' is not read-only. "
+                "Use invoke_tool only after explicit user intent for write/destructive actions."
+            ),
             "tool": name,
             "status": "blocked",
         }
     resume_offset = 0
     if cursor is not None:
         try:
-            resume_offset = _decode_and_verify_continuation_cursor(cursor, name=name, arguments=_strip_null_arguments(arguments))
+            resume_offset = _decode_and_verify_continuation_cursor(
+                cursor, name=name, arguments=_strip_null_arguments(arguments)
+            )
         except CursorError as exc:
             return {"error": str(exc), "tool": name, "status": "invalid_cursor"}
-    return await _dispatch_tool(ctx, name, arguments, resume_offset=resume_offset, enable_cursor=True, max_items=max_items, max_bytes=max_bytes)
+    return await _dispatch_tool(
+        ctx, name, arguments, resume_offset=resume_offset, enable_cursor=True, max_items=max_items, max_bytes=max_bytes
+    )
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -293,17 +347,22 @@ def find_tool(query: str, top_k: int = 5) -> list[dict[str, Any]]:
     _load_all_backends()
     words = {w for w in query.lower().split() if len(w) >= 3}
     hits = [name for name in sorted(_tool_index) if words & set(name.split("_"))]
-    return [{"name": n, "server": _tool_backend_names[n], "capability": _tool_capability(_tool_index[n])} for n in hits[: max(1, min(top_k, 10))]]
+    return [
+        {"name": n, "server": _tool_backend_names[n], "capability": _tool_capability(_tool_index[n])}
+        for n in hits[: max(1, min(top_k, 10))]
+    ]
 
 
 @mcp.tool(annotations=READ_ONLY)
-async def invoke_read_tool(ctx: Context, name: str, arguments: Optional[dict[str, Any]] = None, cursor: Optional[str] = None) -> Any:
+async def invoke_read_tool(
+    ctx: Context, name: str, arguments: dict[str, Any] | None = None, cursor: str | None = None
+) -> Any:
     """Call a read-only tool by name (from find_tool)."""
     return await _dispatch_read_tool(ctx, name, arguments, cursor)
 
 
 @mcp.tool(annotations=DESTRUCTIVE)
-async def invoke_tool(ctx: Context, name: str, arguments: Optional[dict[str, Any]] = None) -> Any:
+async def invoke_tool(ctx: Context, name: str, arguments: dict[str, Any] | None = None) -> Any:
     """Call a tool by name (from find_tool)."""
     return await _dispatch_tool(ctx, name, arguments)
 
@@ -318,14 +377,27 @@ if _ROUTER_MODE != "minimal":
         ids = [call["id"] for call in calls if isinstance(call.get("id"), str)]
         duplicate = next((call_id for n, call_id in enumerate(ids) if call_id in ids[:n]), None)
         if duplicate is not None:
-            return {"ok": False, "error": f"duplicate call id {duplicate!r}: ids must be unique within a batch so results can be correlated"}
-        results = [await _dispatch_read_tool(ctx, call.get("name", ""), call.get("arguments"), call.get("cursor")) for call in calls]
+            return {
+                "ok": False,
+                "error": (
+                    f"duplicate call id {duplicate!r}: ids must be unique within a batch so results can be correlated"
+                ),
+            }
+        results = [
+            await _dispatch_read_tool(ctx, call.get("name", ""), call.get("arguments"), call.get("cursor"))
+            for call in calls
+        ]
         return {"ok": not any(isinstance(r, dict) and "error" in r for r in results), "results": results}
 
 
 def install_router_middlewares() -> list[Any]:
     """What the router's ``__main__`` block does before serving: its middleware chain, in its order."""
-    from standins.centralmcp_middleware import AuditLogMiddleware, ResponseEnvelopeMiddleware, SecretTokenizeMiddleware, install_middleware
+    from standins.centralmcp_middleware import (
+        AuditLogMiddleware,
+        ResponseEnvelopeMiddleware,
+        SecretTokenizeMiddleware,
+        install_middleware,
+    )
 
     chain = [ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
     install_middleware(mcp, chain)

@@ -3,26 +3,38 @@
 Written from CentralMCP's public docs and the facts its code states; none of its code is copied.
 """
 
-from typing import Any, Optional
+from typing import Any
 
 from centralmcp_batch._compat import ToolAnnotations
 
 MAX_LIST_LIMIT = 200
 
-READ_ONLY = ToolAnnotations.model_validate({"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True})
-WRITE = ToolAnnotations.model_validate({"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True})
-DESTRUCTIVE = ToolAnnotations.model_validate({"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, "openWorldHint": True})
+READ_ONLY = ToolAnnotations.model_validate(
+    {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
+)
+WRITE = ToolAnnotations.model_validate(
+    {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
+)
+DESTRUCTIVE = ToolAnnotations.model_validate(
+    {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, "openWorldHint": True}
+)
 DIAGNOSTIC = ToolAnnotations.model_validate(
-    {"title": "Diagnostic", "readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
+    {
+        "title": "Diagnostic",
+        "readOnlyHint": False,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": True,
+    }
 )
 
 
-def _longest_list_key(data: dict[str, Any]) -> Optional[str]:
+def _longest_list_key(data: dict[str, Any]) -> str | None:
     lists = [(len(value), key) for key, value in data.items() if isinstance(value, list) and key != "_pagination"]
     return max(lists)[1] if lists else None
 
 
-def bound_collection_response(data: Any, *, limit: int, offset: int = 0, list_key: Optional[str] = None) -> Any:
+def bound_collection_response(data: Any, *, limit: int, offset: int = 0, list_key: str | None = None) -> Any:
     """One page of a list (or of a dict's longest list) with a ``_pagination`` block."""
     limit = max(1, min(int(limit), MAX_LIST_LIMIT))
     if isinstance(data, list):

@@ -2,9 +2,10 @@
 
 from typing import Any
 
-from centralmcp_batch import _compat
 from standins.centralmcp_shared import DESTRUCTIVE, READ_ONLY, WRITE
 from standins.monitoring_backend import calls
+
+from centralmcp_batch import _compat
 
 mcp = _compat.new_server("aruba-config")
 

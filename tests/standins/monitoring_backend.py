@@ -3,9 +3,10 @@ Context, one whose upstream fails) and a diagnostic."""
 
 from typing import Any
 
+from standins.centralmcp_shared import DIAGNOSTIC, READ_ONLY
+
 from centralmcp_batch import _compat
 from centralmcp_batch._compat import Context
-from standins.centralmcp_shared import DIAGNOSTIC, READ_ONLY
 
 mcp = _compat.new_server("aruba-monitoring")
 calls: list[tuple[str, dict[str, Any]]] = []  # what reached this backend, for the tests
