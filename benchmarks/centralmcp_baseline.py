@@ -23,9 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -336,24 +334,9 @@ def serve(which: str, port: int) -> None:
 @asynccontextmanager
 async def served(which: str) -> AsyncIterator[str]:
     port = bench.free_port()
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, after the server's exit
     command = [sys.executable, str(Path(__file__).resolve()), "--serve", which, "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        await bench.wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
-    except BaseException:
-        log.seek(0)
-        sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
-        raise
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
+    async with bench.http_server(command, port) as url:
+        yield url
 
 
 async def entries_per_second(clients: Sequence[_compat.ClientHandle], seconds: float, check: Any) -> float:

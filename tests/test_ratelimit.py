@@ -115,7 +115,7 @@ RESERVER = """
 import sys, anyio
 from pathlib import Path
 from centralmcp_batch.ratelimit import SqliteStore
-store = SqliteStore(Path(sys.argv[1]))
+store = SqliteStore(Path(sys.argv[1]), busy_seconds=30)  # a test of atomicity, not of the busy limit
 async def main():
     for _ in range(int(sys.argv[2])):
         await store.reserve("k", 1.0, 1)

@@ -26,7 +26,15 @@ from .machine import load_average, machine
 from .plan import RATE_ENV, SCENARIOS, UNLIMITED_RATE, Plan, make_plan
 from .plot import write_plots
 from .render import TABLES, cell, fmt, render, table, verdict
-from .router_process import free_port, http_router, serve_command, serve_router, stdio_params, wait_for_port
+from .router_process import (
+    free_port,
+    http_router,
+    http_server,
+    serve_command,
+    serve_router,
+    stdio_params,
+    wait_for_port,
+)
 from .runner import run_plan
 from .stats import Run, loops_for, percentile, ratios, rounds, summary
 from .targets import find_row, target, targets
@@ -51,6 +59,7 @@ __all__ = [
     "fmt",
     "free_port",
     "http_router",
+    "http_server",
     "load_average",
     "loops_for",
     "machine",

@@ -42,9 +42,18 @@ def free_port() -> int:
 async def http_router() -> AsyncIterator[str]:
     """The router as a streamable HTTP subprocess on a free local port; its URL while open."""
     port = free_port()
-    # The server's log goes to a file: SDK 1.x logs every client disconnect as an error.
+    async with http_server(serve_command("http", port), port, router_env()) as url:
+        yield url
+
+
+@asynccontextmanager
+async def http_server(command: list[str], port: int, env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """A streamable HTTP server that ``command`` starts on ``port``: its URL once it listens, stopped after.
+
+    Its log goes to a file, shown only if something fails: SDK 1.x logs every client disconnect as an error.
+    """
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(serve_command("http", port), env=router_env(), stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             await wait_for_port(port, process)
             yield f"http://127.0.0.1:{port}/mcp"
