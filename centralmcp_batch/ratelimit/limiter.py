@@ -41,6 +41,9 @@ class RateLimiter:
         self.interval = 1.0 / rate
         self.retry_seconds = retry_seconds
         self._local = MemoryStore()
+        # A memory store can neither block nor fail, so it needs no queue, time limit or fallback:
+        # its reservation is one step of the event loop, atomic and in call order by itself.
+        self._instant = store if isinstance(store, MemoryStore) else None
         self._queue = anyio.Lock()  # this process's reservations in arrival order (anyio's Lock is FIFO)
         self._outage_since: float | None = None
         self._next_try = 0.0
@@ -51,8 +54,11 @@ class RateLimiter:
 
     async def acquire(self) -> None:
         """Reserve the next slot, then wait for it (outside the queue, so others reserve meanwhile)."""
-        async with self._queue:
-            wait = await self._reserve()
+        if self._instant is not None:
+            wait = self._instant.reserve_now(self.key, self.interval, self.burst)
+        else:
+            async with self._queue:
+                wait = await self._reserve()
         if wait > 0:
             await anyio.sleep(wait)
 

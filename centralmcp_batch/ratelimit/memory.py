@@ -16,6 +16,10 @@ class MemoryStore:
         self._tats: dict[str, float] = {}
 
     async def reserve(self, key: str, interval: float, burst: int) -> float:
+        return self.reserve_now(key, interval, burst)
+
+    def reserve_now(self, key: str, interval: float, burst: int) -> float:
+        """The same reservation without awaiting: nothing here can block or fail."""
         self._tats[key], wait = gcra.reserve(self._tats.get(key, 0.0), time.monotonic(), interval, burst)
         return wait
 
