@@ -11,7 +11,7 @@ from .. import _compat
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
 from .environ import environment
-from .plan import RATE_ENV, UNLIMITED_RATE
+from .plan import LIFTED_LIMIT
 
 
 async def wait(seconds: float = 0.0, tag: str = "") -> dict[str, Any]:
@@ -32,7 +32,7 @@ def backend_server() -> Any:
 def build_router() -> Any:
     from ..router import Router
 
-    with environment(**{RATE_ENV: UNLIMITED_RATE}):  # read once, when the router is built
+    with environment(**LIFTED_LIMIT):  # read once, when the router is built
         return Router({"bench": backend_server()})
 
 

@@ -21,11 +21,11 @@ from .. import _compat, settings
 from .backends import build_router
 from .calls import BenchError
 from .environ import quiet_logs
-from .plan import RATE_ENV, TRANSPORT_CONCURRENCY, UNLIMITED_RATE
+from .plan import LIFTED_LIMIT, TRANSPORT_CONCURRENCY
 
 
 def router_env() -> dict[str, str]:
-    return {**os.environ, RATE_ENV: UNLIMITED_RATE, settings.CONCURRENCY: str(TRANSPORT_CONCURRENCY)}
+    return {**os.environ, **LIFTED_LIMIT, settings.CONCURRENCY: str(TRANSPORT_CONCURRENCY)}
 
 
 def serve_command(transport: str, port: int = 0) -> list[str]:
@@ -96,6 +96,6 @@ def stdio_params() -> Any:
 def serve_router(transport: str, port: int) -> None:
     from ..router.serve import serve
 
-    os.environ[RATE_ENV] = UNLIMITED_RATE  # the benchmark measures the batch, not the limiter
+    os.environ.update(LIFTED_LIMIT)  # the benchmark measures the batch, not the limiter
     quiet_logs()
     serve(build_router(), transport=transport, host="127.0.0.1", port=port)
