@@ -26,6 +26,10 @@ except ImportError:  # the otel extra is not installed: no hooks, nothing record
     AVAILABLE = False
 else:
     AVAILABLE = True
+    try:  # what the API hands out until a host sets a meter provider (it names no public class for it)
+        from opentelemetry.metrics._internal import _ProxyMeterProvider as UNSET_METER_PROVIDER
+    except ImportError:  # another API version: tell nothing apart, record always
+        UNSET_METER_PROVIDER = None
 
 SCOPE = "centralmcp_batch"
 BATCH_SPAN = "invoke_read_tool_batch"
@@ -38,6 +42,10 @@ class _BatchTrace:
     parent: Any  # the Context whose current span is the batch span
 
 
+# A batch that began with no provider configured: its entries record nothing (see _nothing_configured).
+IDLE_BATCH = _BatchTrace(span=None, parent=None)
+
+
 def _tool_attributes(tool: str | None, server: str | None) -> dict[str, str]:
     # Attribute values cannot be None: an entry that never reached the catalog has no server.
     attributes = {}
@@ -46,6 +54,20 @@ def _tool_attributes(tool: str | None, server: str | None) -> dict[str, str]:
     if server is not None:
         attributes["centralmcp.server"] = server
     return attributes
+
+
+def _nothing_configured() -> bool:
+    """True while no global provider is set: the API's placeholders would drop every span and point.
+
+    SDK 2.x brings opentelemetry-api with it, so most hosts have the plugin and no exporter; for
+    them, building a batch's spans and points for nothing was a sixth of an entry's own cost.
+    Asked on every call, so a provider a host sets later is used from its next entry on.
+    """
+    if UNSET_METER_PROVIDER is None:
+        return False
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and isinstance(
+        metrics.get_meter_provider(), UNSET_METER_PROVIDER
+    )
 
 
 def _seconds_ago_ns(seconds: float) -> int:
@@ -59,6 +81,7 @@ class BatchTelemetry:
     """
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.global_providers = tracer_provider is None and meter_provider is None
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.entries = meter.create_counter(
@@ -80,18 +103,32 @@ class BatchTelemetry:
             f"centralmcp_batch_otel_{id(self)}", default=None
         )
 
+    def _idle(self) -> bool:
+        return self.global_providers and _nothing_configured()
+
     def _batch(self) -> _BatchTrace | None:
         slot = self._current.get()
         return None if slot is None else slot[0]
 
+    def _skips(self) -> bool:
+        """Whether an entry's points and span would go nowhere: its batch began with nothing
+        configured (asked once per batch, the question costs 2 us), or outside a batch, nothing is."""
+        batch = self._batch()
+        return batch is IDLE_BATCH or (batch is None and self._idle())
+
     @hookimpl
     def centralmcp_batch_started(self, total: int) -> None:
         # Set in the batch's own task before its workers start, so every entry of this batch sees it.
+        if self._idle():
+            self._current.set([IDLE_BATCH])
+            return
         span = self.tracer.start_span(BATCH_SPAN, attributes={"centralmcp.batch.total": total})
         self._current.set([_BatchTrace(span, trace.set_span_in_context(span))])
 
     @hookimpl
     def centralmcp_batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
+        if self._skips():
+            return
         status = str(item.get("status"))
         labels = {"centralmcp.status": status, **_tool_attributes(None, item.get("server"))}
         self.entries.add(1, labels)
@@ -115,10 +152,16 @@ class BatchTelemetry:
 
     @hookimpl
     def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
-        ok = bool(response.get("ok"))
-        self.batch_duration.record(seconds, {"centralmcp.batch.ok": ok})
         slot = self._current.get()
         batch = None if slot is None else slot[0]
+        if slot is not None and batch is IDLE_BATCH:
+            slot[0] = None
+            self._current.set(None)
+            return
+        if batch is None and self._idle():
+            return
+        ok = bool(response.get("ok"))
+        self.batch_duration.record(seconds, {"centralmcp.batch.ok": ok})
         if slot is None or batch is None:  # a caller that does not report the start: drawn afterwards
             span = self.tracer.start_span(BATCH_SPAN, start_time=_seconds_ago_ns(seconds))
         else:
@@ -139,6 +182,8 @@ class BatchTelemetry:
 
     @hookimpl
     def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
+        if self._skips():
+            return
         self.rate_wait.record(seconds, _tool_attributes(None, tool.server))
 
 

@@ -277,6 +277,59 @@ def test_the_entry_point_plugin_uses_the_global_providers() -> None:
     assert found["ok"] == {"total": 2, "succeeded": 1, "failed": 1}
 
 
+def test_with_no_provider_configured_nothing_is_built_and_a_provider_set_later_is_used() -> None:
+    """Most hosts have opentelemetry-api (SDK 2.x depends on it) and no exporter: spans for nobody cost an entry."""
+    found = run_script(
+        """
+        import json, anyio
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from centralmcp_batch import _compat, hosting, otel
+        from centralmcp_batch.testing import call, sample_host
+
+        started = []
+        class CountingTracer:  # the plugin's own tracer, counted: no span may be begun for nobody
+            def __init__(self, tracer):
+                self.tracer = tracer
+            def start_span(self, *args, **kwargs):
+                started.append(args[0])
+                return self.tracer.start_span(*args, **kwargs)
+        otel._global.tracer = CountingTracer(otel._global.tracer)
+
+        async def main():
+            server = _compat.new_server("late")
+            hosting.install(server, sample_host())
+            calls = {"calls": [{"name": "echo"}, {"name": "nope"}]}
+            before = (await call(server, "invoke_read_tool_batch", calls)).structured["counts"]
+            begun_before = list(started)
+            spans, reader, provider = InMemorySpanExporter(), InMemoryMetricReader(), TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(spans))
+            trace.set_tracer_provider(provider)
+            metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+            await call(server, "invoke_read_tool_batch", calls)
+            entries = [
+                point.value for r in reader.get_metrics_data().resource_metrics for s in r.scope_metrics
+                for m in s.metrics if m.name == "centralmcp.batch.entries" for point in m.data.data_points
+            ]
+            print(json.dumps({"before": before, "begun_before": begun_before,
+                              "spans": sorted(span.name for span in spans.get_finished_spans()
+                                              if span.name.startswith(otel.BATCH_SPAN)),
+                              "entries": sum(entries)}))
+
+        anyio.run(main)
+        """
+    )
+    assert found["before"] == {"total": 2, "succeeded": 1, "failed": 1}  # the batch itself is untouched
+    assert found["begun_before"] == []
+    assert found["spans"] == sorted([otel.BATCH_SPAN, otel.ENTRY_SPAN, otel.ENTRY_SPAN])
+    assert found["entries"] == 2  # the second batch's two entries, counted once the provider is set
+
+
 def test_without_opentelemetry_the_module_imports_and_implements_nothing() -> None:
     # SDK 2.x itself depends on opentelemetry-api, so only the plugin's own import is cut off here.
     found = run_script(
