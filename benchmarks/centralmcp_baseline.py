@@ -107,7 +107,7 @@ def calls_of(n: int, tool: str = "wait", **arguments: Any) -> list[dict[str, Any
 
 
 def check_results(results: Sequence[Any], calls: Sequence[Mapping[str, Any]], wrapped: bool) -> None:
-    """Every answer at its call's place: plugin items carry it under result, the built-in's are bare."""
+    """Every answer at its call's place: batch items carry it under result, the loop's are bare."""
     answers = [item.get("result") if wrapped else item for item in results]
     tags = [(answer or {}).get("tag") if isinstance(answer, dict) else None for answer in answers]
     if tags != [call["arguments"]["tag"] for call in calls]:
@@ -123,7 +123,7 @@ def check_plugin(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]
 def check_builtin(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> None:
     if not response.get("ok"):
         raise BaselineError(f"the built-in batch failed: {str(response)[:300]}")
-    check_results(response["results"], calls, wrapped=False)
+    check_results(response["results"], calls, wrapped=True)
 
 
 # -- in process ---------------------------------------------------------------------------

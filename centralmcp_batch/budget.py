@@ -15,6 +15,7 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring as _encode_string  # what the encoder below does to a string
 from typing import Any
 
 SHORT_ERROR_CHARS = 80
@@ -30,9 +31,22 @@ def encode(value: Any) -> bytes:
     return _ENCODER.encode(value).encode()
 
 
-def size(value: Any) -> int:
-    text = _ENCODER.encode(value)
+def dumps(value: Any) -> str:
+    """The wire form as text, before UTF-8."""
+    return _ENCODER.encode(value)
+
+
+def text_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())  # ASCII: as many bytes as characters
+
+
+def size(value: Any) -> int:
+    return text_size(_ENCODER.encode(value))
+
+
+def string_size(text: str) -> int:
+    """The encoded size of one JSON string, quotes and escapes included."""
+    return text_size(_encode_string(text))
 
 
 class _Sized:

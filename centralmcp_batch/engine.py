@@ -270,12 +270,15 @@ def _arguments_problem(arguments: Any) -> str | None:
     if not isinstance(arguments, dict):
         return "arguments must be an object"
     try:
-        encoded = budget.encode(arguments)
+        text = budget.dumps(arguments)
+        encoded_bytes = budget.text_size(text)  # a lone surrogate fails here: UnicodeEncodeError, a ValueError
     except (TypeError, ValueError, RecursionError):
         return "arguments must be JSON-serializable"
-    if len(encoded) > MAX_ARGUMENT_BYTES:
+    if encoded_bytes > MAX_ARGUMENT_BYTES:
         return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
-    if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+    # Each level of nesting opens with a bracket of its own, so text with no more brackets than
+    # the limit cannot be nested deeper: most arguments are told without walking them.
+    if text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH and nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
         return f"arguments must be nested at most {MAX_ARGUMENT_DEPTH} levels deep"
     return None
 
@@ -330,16 +333,30 @@ def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
     items whole, the separators. The rest is split evenly over the valid entries, so that many
     results each filling its share still fit; never less than ``MIN_SHARE``.
     """
-    server = "s" * SERVER_NAME_RESERVE
-    items = [
-        make_item(entry.index, entry.id, entry.name, server, Outcome("ok", result=None))
-        if isinstance(entry, ValidCall)
-        else make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error))
+    invalid = [
+        make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error))
         for entry in entries
+        if isinstance(entry, InvalidCall)
     ]
-    valid = sum(isinstance(entry, ValidCall) for entry in entries)
-    reserved = budget.size(assemble(items)) - len(b"null") * valid
+    valid = len(entries) - len(invalid)
+    envelope = assemble(invalid)
+    envelope["counts"] = {"total": len(entries), "succeeded": valid, "failed": len(invalid)}
+    # The envelope holds the invalid items and the commas between them; the rest of the commas are added.
+    reserved = budget.size(envelope) + (len(entries) - 1) - max(0, len(invalid) - 1)
+    for entry in entries:
+        if isinstance(entry, ValidCall):
+            reserved += _ok_item_keys_size(entry)
     return max(MIN_SHARE, (response_max_bytes - reserved) // max(1, valid))
+
+
+# An ok item without its result, as compact JSON, around its index, id and tool; the server
+# reserved at its longest: {"index":I,"id":"ID","tool":"NAME","server":"ss..s","status":"ok","result":}
+_OK_ITEM_FIXED = len('{"index":,"id":,"tool":,"server":,"status":"ok","result":}') + SERVER_NAME_RESERVE + 2
+
+
+def _ok_item_keys_size(call: ValidCall) -> int:
+    """The bytes an ok item of ``call`` takes besides its result, as ``budget.size`` would count them."""
+    return _OK_ITEM_FIXED + len(str(call.index)) + budget.string_size(call.id) + budget.string_size(call.name)
 
 
 def _encoded_item(item: dict[str, Any]) -> tuple[dict[str, Any], int]:

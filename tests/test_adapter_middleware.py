@@ -153,8 +153,10 @@ async def test_a_batch_with_failed_entries_is_not_enveloped_as_the_routers_own_i
     answer = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
     async with _compat.connect(own_batch_router(monkeypatch).mcp) as own_client:
         own = (await own_client.call_tool("invoke_read_tool_batch", {"calls": calls})).payload
-    assert set(answer) >= {"ok", "results", "counts"} and set(own) == {"ok", "results"}
+    shape = {"ok", "results", "counts", "failed_ids", "failed_indexes", "truncated"}
+    assert set(answer) == set(own) == shape  # neither answer is the envelope's {ok, status, data, message, tool}
     assert answer["ok"] is own["ok"] is False
+    assert [item["status"] for item in answer["results"]] == [item["status"] for item in own["results"]]
 
 
 async def test_the_adopted_router_publishes_a_schema_that_admits_the_envelope(router: ModuleType) -> None:

@@ -179,6 +179,21 @@ async def test_n_results_each_filling_its_share_all_come_back_whole(
     assert budget - unused <= len(json.dumps(response, separators=(",", ":"))) <= budget
 
 
+@pytest.mark.parametrize("n", [1, 3, 25])
+async def test_escaped_and_non_ascii_ids_and_names_are_reserved_to_the_byte(n: int) -> None:
+    # The share reserves each item's keys by counting their encoded bytes: quotes, backslashes and
+    # control characters are escaped, non-ASCII text takes 2-4 bytes a character, invalid entries whole.
+    odd = ['q"uo\\te', "tab\tnl\n\x01", "é€😀", "ユニコード", "\u2028\x7f"]
+    calls: list[Any] = [{"name": f"{odd[i % 5]}{i}", "id": f"{odd[(i + 2) % 5]}#{i}"} for i in range(n)]
+    if n > 1:
+        calls[1] = {"name": 7, "id": "bad é"}  # an invalid entry, reserved whole
+    response = await run(calls, filling("s" * engine.SERVER_NAME_RESERVE), response_max_bytes=60_000)
+    assert response["truncated"] is False
+    size = len(json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode())
+    valid = n - (n > 1)
+    assert 60_000 - valid <= size <= 60_000  # only the rounding of the even split is left over
+
+
 async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None:
     calls = [{"name": "ok_a"}, {"name": 5}, {"name": "fails", "id": "f"}, {"name": "ok_b", "arguments": []}]
     calls.append({"name": "ok_c"})

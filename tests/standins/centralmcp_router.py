@@ -4,8 +4,9 @@ Small but faithful to what CentralMCP's public docs and code state: the module-l
 server, ``_BACKENDS`` and ``_load_all_backends()`` filling ``_tool_index``/``_tool_servers``/
 ``_tool_backend_names`` from each backend's tool manager, the readOnlyHint gate and its refusal,
 HMAC continuation cursors with ``CursorError``, ``_bound_router_response``, the dispatch rate
-gate (``set_dispatch_rate_gate``), and a built-in batch outside minimal mode. Written here;
-none of CentralMCP's code is copied.
+gate (``set_dispatch_rate_gate``), and a built-in batch outside minimal mode (typed entries,
+an item and a status per call, the batch's byte budget). Written here; none of CentralMCP's code
+is copied.
 """
 
 import base64
@@ -20,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from standins.centralmcp_shared import DESTRUCTIVE, DIAGNOSTIC, MAX_LIST_LIMIT, READ_ONLY, bound_collection_response
 
 from centralmcp_batch import _compat
@@ -368,26 +370,192 @@ async def invoke_tool(ctx: Context, name: str, arguments: dict[str, Any] | None 
 
 
 if _ROUTER_MODE != "minimal":
+    # -- the built-in batch ----------------------------------------------------------------
+    # As the router's own: typed entries, each bounded on its own, dispatched one at a time through
+    # the same read path as invoke_read_tool, one item per call (a bad call never aborts the rest),
+    # and the whole answer held to a byte budget read at call time.
+
+    MAX_BATCH_CALLS = 25
+    MAX_BATCH_CALL_ID_CHARS = 100
+    MAX_BATCH_TOOL_NAME_CHARS = 200
+    MAX_BATCH_ARGUMENTS_BYTES = 20_000
+    MAX_BATCH_ARGUMENTS_DEPTH = 8
+    MAX_BATCH_ERROR_CHARS = 500
+    MIN_BATCH_ERROR_CHARS = 80  # what a failure's text is squeezed to before the answer may go over budget
+    _BATCH_RESPONSE_BUDGET_BYTES_ENV = "CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES"
+    _BATCH_RESPONSE_BUDGET_DEFAULT_BYTES = 300_000
+    _BATCH_KEPT_STATUSES = ("blocked", "invalid_cursor", "unknown_tool")  # dispatch refusals an item keeps
+
+    class BatchCall(BaseModel):
+        """One entry of a batch. A model, not a bare dict: the input schema publishes the shape and its
+        caps, and the SDK validates every entry before the tool runs."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        name: str = Field(min_length=1, max_length=MAX_BATCH_TOOL_NAME_CHARS, description="Backend tool name.")
+        arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments (default {}).")
+        id: str | None = Field(
+            default=None,
+            max_length=MAX_BATCH_CALL_ID_CHARS,
+            description="Correlation id, unique in the batch (default: the entry's index).",
+        )
+        cursor: str | None = Field(default=None, description="next_cursor of an earlier, truncated read.")
+
+    def _batch_budget_bytes() -> int:
+        # Read per call, so an operator's change applies without a restart.
+        return _env_positive_int(
+            _BATCH_RESPONSE_BUDGET_BYTES_ENV, _BATCH_RESPONSE_BUDGET_DEFAULT_BYTES, minimum=_RESPONSE_BUDGET_MIN_BYTES
+        )
+
+    def _clip(text: str, limit: int = MAX_BATCH_ERROR_CHARS) -> str:
+        return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+    def _nesting(value: Any, depth: int = 0) -> int:
+        # Stops descending past the bound, so a pathological payload costs bounded recursion.
+        if depth > MAX_BATCH_ARGUMENTS_DEPTH or not isinstance(value, (dict, list)) or not value:
+            return depth
+        return max(_nesting(child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+
+    def _as_mapping(entry: Any) -> Any:
+        # The SDK hands the tool BatchCall objects; in-process callers pass dicts (or BatchCalls).
+        return entry.model_dump() if isinstance(entry, BatchCall) else entry
+
+    def _check_entry(entry: Any, index: int) -> tuple[str, Any, dict[str, Any] | None, str | None]:
+        """``(id, name, call, why)``: ``call`` to dispatch, or ``why`` not. ``why`` states only facts of
+        the entry's shape, never an argument value (a secret in the arguments must not echo back)."""
+        entry = _as_mapping(entry)
+        fallback = str(index)
+        if not isinstance(entry, dict):
+            return fallback, None, None, "call must be an object"
+        name, call_id = entry.get("name"), entry.get("id")
+        call_id = fallback if call_id is None else call_id
+        if not isinstance(call_id, str) or not call_id.strip():
+            return fallback, name, None, "id must be a non-empty string"
+        if len(call_id) > MAX_BATCH_CALL_ID_CHARS:
+            return fallback, name, None, f"id exceeds the {MAX_BATCH_CALL_ID_CHARS}-character bound"
+        if not isinstance(name, str) or not name.strip():
+            return call_id, name, None, "name must be a non-empty string"
+        if len(name) > MAX_BATCH_TOOL_NAME_CHARS:
+            return call_id, name, None, f"name exceeds the {MAX_BATCH_TOOL_NAME_CHARS}-character bound"
+        arguments = entry.get("arguments")
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            return call_id, name, None, "arguments must be an object"
+        try:
+            size = len(json.dumps(arguments, default=str).encode("utf-8"))
+        except (TypeError, ValueError):
+            return call_id, name, None, "arguments must be JSON-serializable"
+        if size > MAX_BATCH_ARGUMENTS_BYTES:
+            return call_id, name, None, f"arguments exceed the {MAX_BATCH_ARGUMENTS_BYTES}-byte bound"
+        if _nesting(arguments) > MAX_BATCH_ARGUMENTS_DEPTH:
+            return call_id, name, None, f"arguments exceed the {MAX_BATCH_ARGUMENTS_DEPTH}-level nesting bound"
+        cursor = entry.get("cursor")
+        if cursor is not None and not isinstance(cursor, str):
+            return call_id, name, None, "cursor must be a string"
+        return call_id, name, {"name": name, "arguments": arguments, "cursor": cursor}, None
+
+    async def _batch_item(ctx: Any, index: int, entry: Any, max_bytes: int) -> dict[str, Any]:
+        """One entry's item: ``index``/``id``/``tool``/``server``/``status`` and ``result`` or ``error``."""
+        call_id, name, call, why = _check_entry(entry, index)
+        if call is None:
+            tool = name if isinstance(name, str) else None
+            return {"index": index, "id": call_id, "tool": tool, "server": None, "status": "invalid_call", "error": why}
+        try:
+            result = await _dispatch_read_tool(ctx, name, call["arguments"], call["cursor"], max_bytes=max_bytes)
+        except Exception as exc:  # dispatch already answers backend failures: this is the router's own
+            log.warning("batch item %d (%s) raised", index, name, exc_info=True)
+            result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+        item = {"index": index, "id": call_id, "tool": name, "server": _tool_backend_names.get(name)}
+        refused = isinstance(result, dict) and result.get("status") in _BATCH_KEPT_STATUSES
+        if refused or (isinstance(result, dict) and "error" in result):
+            status = result["status"] if refused else "error"
+            return {**item, "status": status, "error": _clip(str(result.get("error", "")))}
+        return {**item, "status": "ok", "result": result}
+
+    def _batch_refusal(calls: Any) -> str | None:
+        """Why the whole batch is refused before any dispatch, if it is."""
+        if not isinstance(calls, list):
+            return "calls must be a list"
+        if not calls:
+            return "calls must contain at least one entry"
+        if len(calls) > MAX_BATCH_CALLS:
+            return f"calls has {len(calls)} entries, exceeding the {MAX_BATCH_CALLS}-entry bound"
+        seen: set[str] = set()
+        for entry in map(_as_mapping, calls):  # only explicit ids: a defaulted one is its unique index
+            call_id = entry.get("id") if isinstance(entry, dict) else None
+            if isinstance(call_id, str) and call_id.strip():
+                if call_id in seen:
+                    return (
+                        f"duplicate call id {call_id!r}: ids must be unique within a batch so results can be correlated"
+                    )
+                seen.add(call_id)
+        return None
+
+    def _items_bytes(items: list[dict[str, Any]]) -> int:
+        return len(json.dumps(items, ensure_ascii=False, default=str).encode("utf-8"))
+
+    def _shrink_to_budget(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
+        """The items within ``budget`` if shrinking can do it, none dropped: first ok results give way
+        to a marker, the last call's first; then failure texts are squeezed. Every failure keeps its
+        index, id and status, so going over budget never hides that a call failed."""
+        items, shrunk = [dict(item) for item in items], False
+        for pos in reversed(range(len(items))):
+            if _items_bytes(items) <= budget:
+                return items, shrunk
+            if items[pos]["status"] == "ok":
+                kept = {key: items[pos][key] for key in ("index", "id", "tool", "server")}
+                items[pos], shrunk = {**kept, "status": "ok", "result_truncated": True, "result": None}, True
+        for pos, item in enumerate(items):
+            if _items_bytes(items) <= budget:
+                break
+            if isinstance(item.get("error"), str) and len(item["error"]) > MIN_BATCH_ERROR_CHARS:
+                items[pos] = {**item, "error": _clip(item["error"], MIN_BATCH_ERROR_CHARS), "error_truncated": True}
+                shrunk = True
+        return items, shrunk
+
+    def _overflow_envelope(items: list[dict[str, Any]], summary: dict[str, Any], budget: int) -> dict[str, Any]:
+        """The last resort when even shrunk items do not fit (many long names and ids): the counts and
+        an index/id/status skeleton, itself clipped to half the budget, never an over-budget body."""
+        skeleton = [{"index": item["index"], "id": item["id"], "status": item["status"]} for item in items]
+        while skeleton and _items_bytes(skeleton) > budget // 2:
+            skeleton.pop()
+        return {
+            "ok": False,
+            "error": f"batch response exceeded the {budget}-byte budget; results omitted",
+            "results": skeleton,
+            "results_omitted": len(items) - len(skeleton),
+            **summary,
+            "truncated": True,
+        }
 
     @mcp.tool(annotations=READ_ONLY)
-    async def invoke_read_tool_batch(ctx: Context, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        """The router's own built-in batch: sequential, through the same read path."""
-        if not calls:
-            return {"ok": False, "error": "calls must contain at least one entry"}
-        ids = [call["id"] for call in calls if isinstance(call.get("id"), str)]
-        duplicate = next((call_id for n, call_id in enumerate(ids) if call_id in ids[:n]), None)
-        if duplicate is not None:
-            return {
-                "ok": False,
-                "error": (
-                    f"duplicate call id {duplicate!r}: ids must be unique within a batch so results can be correlated"
-                ),
-            }
-        results = [
-            await _dispatch_read_tool(ctx, call.get("name", ""), call.get("arguments"), call.get("cursor"))
-            for call in calls
-        ]
-        return {"ok": not any(isinstance(r, dict) and "error" in r for r in results), "results": results}
+    async def invoke_read_tool_batch(ctx: Context, calls: list[BatchCall]) -> dict[str, Any]:
+        """Run up to 25 read-only tool calls in order, one at a time, through invoke_read_tool's own path.
+
+        Each entry: "name", optional "arguments" (at most 20000 JSON bytes, 8 levels deep), "id" (unique,
+        default the index) and "cursor". One item per call, in order: "index", "id", "tool", "server",
+        "status" (ok, error, blocked, unknown_tool, invalid_cursor, invalid_call) and "result" or "error".
+        Also "ok", "counts", "failed_ids", "failed_indexes" and "truncated" (the answer was shrunk to
+        CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES, default 300000).
+        """
+        refusal = _batch_refusal(calls)
+        if refusal is not None:
+            return {"ok": False, "error": refusal}
+        budget = _batch_budget_bytes()
+        # Each call reads within its share (never under the router's floor): one large read cannot
+        # crowd the others out of the answer.
+        share = max(_RESPONSE_BUDGET_MIN_BYTES, budget // len(calls))
+        items = [await _batch_item(ctx, index, entry, share) for index, entry in enumerate(calls)]
+        failed = [item for item in items if item["status"] != "ok"]
+        summary = {
+            "counts": {"total": len(items), "succeeded": len(items) - len(failed), "failed": len(failed)},
+            "failed_ids": [item["id"] for item in failed],
+            "failed_indexes": [item["index"] for item in failed],
+        }
+        results, truncated = _shrink_to_budget(items, budget)
+        if _items_bytes(results) > budget:
+            return _overflow_envelope(items, summary, budget)
+        return {"ok": not failed, "results": results, **summary, "truncated": truncated}
 
 
 def install_router_middlewares() -> list[Any]:
