@@ -20,16 +20,22 @@ from typing import Any
 from .hookspecs import hookimpl
 from .models import ToolRef
 
+# What the API hands out until a host sets a meter provider (it names no public class for it);
+# None on an API version without it: nothing is told apart then, and everything is recorded.
+UNSET_METER_PROVIDER: type | None = None
+
 try:
     from opentelemetry import metrics, trace
 except ImportError:  # the otel extra is not installed: no hooks, nothing recorded
     AVAILABLE = False
 else:
     AVAILABLE = True
-    try:  # what the API hands out until a host sets a meter provider (it names no public class for it)
-        from opentelemetry.metrics._internal import _ProxyMeterProvider as UNSET_METER_PROVIDER
-    except ImportError:  # another API version: tell nothing apart, record always
-        UNSET_METER_PROVIDER = None
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+    except ImportError:
+        pass
+    else:
+        UNSET_METER_PROVIDER = _ProxyMeterProvider
 
 SCOPE = "centralmcp_batch"
 BATCH_SPAN = "invoke_read_tool_batch"
