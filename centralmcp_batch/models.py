@@ -211,12 +211,11 @@ def output_schema() -> dict[str, Any]:
             "error": {"type": "string", "description": "Only on a rejected batch: why; nothing ran, no results."},
             "results": {"type": "array", "maxItems": MAX_CALLS, "items": _item_schema()},
             "counts": {"type": "object", "required": ["total", "succeeded", "failed"], "description": "Integers."},
-            "failed_ids": {"type": "array", "description": "The failed entries' ids, in call order."},
-            "failed_indexes": {"type": "array", "description": "The failed entries' indexes, in call order."},
             "truncated": {"type": "boolean", "description": "True when the response was shrunk to fit its budget."},
         },
         "description": (
-            "A batch answer carries results, counts, failed_ids, failed_indexes and truncated; a shrunk one may add "
-            "skeleton (items cut to index, id, status), omitted (skeleton items left out) and failed_ids_truncated."
+            "A batch answer carries results, counts, failed_ids and failed_indexes (arrays: the failed entries' ids and "
+            "indexes, in call order) and truncated; a shrunk one may add skeleton (items cut to index, id, status), "
+            "omitted (skeleton items left out) and failed_ids_truncated."
         ),
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jsonschema
 import pytest
 from standins import monitoring_backend
 from standins.centralmcp_middleware import TOKEN_PREFIX, AuditLogMiddleware
@@ -159,11 +160,19 @@ async def test_a_batch_with_failed_entries_is_not_enveloped_as_the_routers_own_i
     assert [item["status"] for item in answer["results"]] == [item["status"] for item in own["results"]]
 
 
-async def test_the_adopted_router_publishes_a_schema_that_admits_the_envelope(router: ModuleType) -> None:
+async def test_the_adopted_router_publishes_a_flat_schema_that_admits_the_envelope(
+    router: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     published = {t.name: t for t in await _listed(router)}["invoke_read_tool_batch"]
     assert published.output_schema == centralmcp.adopted_output_schema()
-    shapes = published.output_schema["anyOf"]
-    assert centralmcp.ENVELOPE_SCHEMA in shapes
+    assert "anyOf" not in published.output_schema and "enveloped" in published.output_schema["description"]
+    # What the router's own middleware makes of a rejection (its own batch, refused the same way) passes it.
+    async with _compat.connect(own_batch_router(monkeypatch).mcp) as own_client:
+        enveloped = (await own_client.call_tool("invoke_read_tool_batch", {"calls": []})).payload
+    assert {"ok", "status", "data", "message", "tool"} <= set(enveloped) and enveloped["ok"] is False
+    jsonschema.validate(enveloped, published.output_schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"ok": "no", "data": {}}, published.output_schema)
 
 
 async def _listed(router: ModuleType) -> list[_compat.ToolInfo]:
