@@ -214,8 +214,8 @@ def output_schema() -> dict[str, Any]:
             "truncated": {"type": "boolean", "description": "True when the response was shrunk to fit its budget."},
         },
         "description": (
-            "A batch answer carries results, counts, failed_ids and failed_indexes (arrays: the failed entries' ids and "
-            "indexes, in call order) and truncated; a shrunk one may add skeleton (items cut to index, id, status), "
-            "omitted (skeleton items left out) and failed_ids_truncated."
+            "A batch answer carries results, counts, failed_ids and failed_indexes (arrays: the failed entries' ids "
+            "and indexes, in call order) and truncated; a shrunk one may add skeleton (items cut to index, id, "
+            "status), omitted (skeleton items left out) and failed_ids_truncated."
         ),
     }

@@ -113,6 +113,24 @@ async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_mes
     assert monitoring_backend.calls == [] and tokens.count == 0
 
 
+async def test_the_routers_own_read_only_test_decides_and_without_one_the_annotations_do(
+    adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = [{"name": "get_device", "arguments": {"serial": "a"}}]
+    # A router that tightens its own test refuses the tool in a batch too, as in invoke_read_tool.
+    monkeypatch.setattr(adopted, "_is_read_only_tool", lambda tool: tool.name != "get_device")
+    refused = await batch(adopted, entry)
+    assert [(i["status"], i["error"]) for i in refused["results"]] == [("blocked", refusal("get_device"))]
+    single = await call(adopted.mcp, "invoke_read_tool", {"name": "get_device", "arguments": {"serial": "a"}})
+    assert single.payload["status"] == "blocked"
+    # A router with no such function: the tool's readOnlyHint, as that router's dispatch reads it.
+    monkeypatch.delattr(adopted, "_is_read_only_tool")
+    assert (await batch(adopted, entry))["results"][0]["status"] == "ok"
+    assert (await batch(adopted, [{"name": "reboot_device", "arguments": {"serial": "a"}}]))["results"][0][
+        "status"
+    ] == "blocked"
+
+
 async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: ModuleType) -> None:
     single = (
         await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})

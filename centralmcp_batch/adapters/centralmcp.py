@@ -54,10 +54,16 @@ class CentralMCPHooks:
 
     @hookimpl
     def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
-        # The router's own tool object decides, as invoke_read_tool does: readOnlyHint and nothing else.
+        # The router's own tool object decides, as invoke_read_tool does: readOnlyHint and nothing else,
+        # by the router's own test where it has one.
         backend_tool = self._backend_tool(tool.name)
-        flags = _compat.annotations_dict(getattr(backend_tool, "annotations", None))
-        return None if flags.get("readOnlyHint") else NOT_READ_ONLY.format(name=tool.name)
+        return None if self._is_read_only(backend_tool) else NOT_READ_ONLY.format(name=tool.name)
+
+    def _is_read_only(self, backend_tool: Any) -> bool:
+        own_test = getattr(self.router, "_is_read_only_tool", None)
+        if callable(own_test):
+            return bool(own_test(backend_tool))
+        return bool(_compat.annotations_dict(getattr(backend_tool, "annotations", None)).get("readOnlyHint"))
 
     @hookimpl
     def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> int:
