@@ -7,11 +7,12 @@ caller (the plugin passes the host pipeline), so everything here runs on plain d
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 import types
-from collections.abc import Awaitable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -108,8 +109,6 @@ def _bounded(call: Coroutine[Any, Any, Any], timeout: float) -> Generator[Any, A
     that never waits (an in-memory backend, a cache) cannot be cancelled anyway. So the scope
     opens around the whole call, as ``with dispatching()`` would, but its deadline is only set
     once the call's first step has ended waiting on something, counted from the call's start.
-    From there this generator passes what the call waits on up to the task and what the task
-    answers (values, exceptions, cancellation) down to the call, as ``await`` itself does.
     """
     started = time.perf_counter()
     with anyio.CancelScope() as scope:
@@ -118,20 +117,44 @@ def _bounded(call: Coroutine[Any, Any, Any], timeout: float) -> Generator[Any, A
         except StopIteration as done:
             return done.value, False
         scope.deadline = anyio.current_time() + timeout - (time.perf_counter() - started)
-        try:
-            while True:
-                try:
-                    answer = yield waiting_on
-                except GeneratorExit:  # this await is being closed: close the call too, as ``await`` does
-                    call.close()
-                    raise
-                except BaseException as exc:  # thrown into the task (a cancellation): the call's to handle
-                    waiting_on = call.throw(exc)
-                else:
-                    waiting_on = call.send(answer)
-        except StopIteration as done:
-            return done.value, False
+        answer = yield from _rest_of(call, waiting_on)
+        return answer, False
     return None, True  # only reached when the scope caught its own deadline
+
+
+@types.coroutine
+def _telling_its_first_wait(call: Coroutine[Any, Any, Any], on_wait: Callable[[], None]) -> Generator[Any, Any, Any]:
+    """Await ``call``; the first time it waits on something, call ``on_wait`` (once)."""
+    try:
+        waiting_on = call.send(None)
+    except StopIteration as done:
+        return done.value
+    on_wait()
+    return (yield from _rest_of(call, waiting_on))
+
+
+def _rest_of(call: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
+    """Drive ``call`` on from its first wait, as ``await`` would: its answer, or what it raised.
+
+    What the call waits on goes up to the task, and what the task answers (values, exceptions,
+    cancellation) goes down to the call.
+    """
+    while True:
+        try:
+            answer = yield waiting_on
+        except GeneratorExit:  # this await is being closed: close the call too, as ``await`` does
+            call.close()
+            raise
+        except BaseException as exc:  # thrown into the task (a cancellation): the call's to handle
+            try:
+                waiting_on = call.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting_on = call.send(answer)
+            except StopIteration as done:
+                return done.value
 
 
 class Reader(Protocol):
@@ -412,10 +435,12 @@ class _Run:
             getattr(type(observer), "progress", None) is not QuietObserver.progress
         )
         self.done = 0
+        self.helpers_wanted = 0  # workers still to start, each when an entry waits (see entry_waits)
+        self.start_helper: Callable[[], object] = _no_helper
         self.stop_at = math.inf  # time.monotonic() at which the batch time limit passes; set as the run starts
 
     async def run_all(self) -> None:
-        # ``concurrency`` workers take the valid entries in call order: the same bound as one
+        # Up to ``concurrency`` workers take the valid entries in call order: the same bound as one
         # task per entry behind a limiter, without paying for a task and a limiter per entry.
         valid = [entry for entry in self.entries if isinstance(entry, ValidCall)]
         pending = iter(valid)
@@ -436,10 +461,25 @@ class _Run:
                 # cancellation can leave a worker, and it leaves a group the same way.
                 await self.work_through(pending)
             else:
-                async with anyio.create_task_group() as tasks:
-                    for _ in range(workers):
-                        tasks.start_soon(self.work_through, pending)
+                try:
+                    async with anyio.create_task_group() as tasks:
+                        self.helpers_wanted = workers - 1
+                        self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending)
+                        await self.work_through(pending)
+                finally:  # the starter refers to this run: dropped, the run is freed without the cycle collector
+                    self.helpers_wanted, self.start_helper = 0, _no_helper
         await self.report_deadline()
+
+    def entry_waits(self) -> None:
+        """An entry waits on something: start one more worker, while fewer than ``concurrency`` run.
+
+        The batch's own task is the first worker; the others start as entries wait, so a batch
+        whose entries never wait (an in-memory backend, a cache) starts no task at all, and one
+        whose entries wait gets its ``concurrency`` workers within as many turns of the loop.
+        """
+        if self.helpers_wanted > 0:
+            self.helpers_wanted -= 1
+            self.start_helper()
 
     async def work_through(self, pending: Iterator[ValidCall]) -> None:
         for call in pending:
@@ -452,7 +492,8 @@ class _Run:
 
     async def run_one(self, call: ValidCall) -> None:
         started = time.perf_counter()
-        outcome = await self.read(call)
+        reading = self.read(call)
+        outcome = await (reading if self.helpers_wanted == 0 else _telling_its_first_wait(reading, self.entry_waits))
         server = outcome.tool.server if outcome.tool else None
         await self.finish(
             call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started
@@ -492,6 +533,10 @@ class _Run:
             else:
                 error = f"TimeoutError: not dispatched: the batch time limit of {limit:g}s passed first"
             await self.finish(index, make_item(index, call.id, call.name, None, Outcome("error", error=error)), 0.0)
+
+
+def _no_helper() -> None:
+    return None
 
 
 def _uncontended_lock() -> anyio.Lock:

@@ -56,6 +56,49 @@ async def test_duplicate_ids_reject_the_batch_including_defaulted_ones() -> None
     assert defaulted["ok"] is False and "duplicate call id '1'" in defaulted["error"]
 
 
+def task_recording_reader(tasks: list[int], seconds: float) -> Any:
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        tasks.append(anyio.get_current_task().id)
+        if seconds:
+            await anyio.sleep(seconds)
+        return Outcome("ok", TOOL, result=call.index)
+
+    return read
+
+
+async def test_workers_start_only_as_entries_wait_and_never_more_than_the_concurrency() -> None:
+    batch_task = anyio.get_current_task().id
+    tasks: list[int] = []
+    quick = await run([{"name": "a"}] * 25, task_recording_reader(tasks, 0), concurrency=8)
+    assert [item["result"] for item in quick["results"]] == list(range(25))
+    assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
+    tasks.clear()
+    waiting = await run([{"name": "a"}] * 12, task_recording_reader(tasks, 0.02), concurrency=4)
+    assert [item["result"] for item in waiting["results"]] == list(range(12))
+    assert batch_task in tasks and len(set(tasks)) == 4  # each wait started one more worker, up to four
+
+
+async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
+    # Each batch's run and items are freed by reference counting as soon as the caller drops the
+    # answer: memory does not wait for a collection, whether workers were started or not.
+    import gc
+
+    for seconds in (0, 0.005):
+        await run([{"name": "a"}] * 10, task_recording_reader([], seconds), concurrency=4)  # warm
+        gc.collect()
+        gc.disable()
+        try:
+            await run([{"name": "a"}] * 10, task_recording_reader([], seconds), concurrency=4)
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            left = [type(thing).__name__ for thing in gc.garbage if type(thing).__module__.startswith("centralmcp")]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert left == [], f"reference cycles through {sorted(set(left))} (seconds={seconds})"
+
+
 async def test_nothing_is_read_when_the_batch_is_rejected() -> None:
     seen: list[str] = []
 
