@@ -131,6 +131,21 @@ async def test_the_routers_own_read_only_test_decides_and_without_one_the_annota
     ] == "blocked"
 
 
+def test_the_catalog_entry_follows_a_reloaded_tool_and_new_annotations(router: ModuleType) -> None:
+    hooks = centralmcp.CentralMCPHooks(router)
+    first = hooks.centralmcp_find_tool("get_device")
+    assert first is not None and first.annotations.get("readOnlyHint") is True
+    assert hooks.centralmcp_find_tool("get_device") is first  # the same tool: the same ref, made once
+    reloaded = router._tool_index["get_device"].model_copy(update={"annotations": None})
+    router._tool_index["get_device"] = reloaded  # the router rebuilt its catalog: a new tool object
+    second = hooks.centralmcp_find_tool("get_device")
+    assert second is not None and second is not first and second.annotations == {}
+    assert hooks.centralmcp_read_gate(second) == refusal("get_device")
+    router._tool_backend_names["get_device"] = "moved"  # the same tool object, served elsewhere now
+    moved = hooks.centralmcp_find_tool("get_device")
+    assert moved is not None and moved.server == "moved"
+
+
 async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: ModuleType) -> None:
     single = (
         await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})

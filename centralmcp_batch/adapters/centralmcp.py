@@ -40,6 +40,7 @@ class CentralMCPHooks:
         self.router = router
         # Routers before the batch era bound at their own byte budget only.
         self._bounds_per_call = "max_bytes" in inspect.signature(router._bound_router_response).parameters
+        self._refs: dict[str, tuple[Any, Any, ToolRef]] = {}  # name -> (tool object, its annotations, the ref)
 
     def _backend_tool(self, name: str) -> Any:
         self.router._load_all_backends()
@@ -50,7 +51,15 @@ class CentralMCPHooks:
         tool = self._backend_tool(name)
         if tool is None:
             return None
-        return ToolRef(name, self.router._tool_backend_names.get(name), _compat.annotations_dict(tool.annotations))
+        server = self.router._tool_backend_names.get(name)
+        # Made once per tool object, annotations object and server: dumping the annotations was a tenth
+        # of an entry's own cost. A reloaded catalog has new objects, so it is never served a stale one.
+        made = self._refs.get(name)
+        if made is not None and made[0] is tool and made[1] is tool.annotations and made[2].server == server:
+            return made[2]
+        ref = ToolRef(name, server, _compat.annotations_dict(tool.annotations))
+        self._refs[name] = (tool, tool.annotations, ref)
+        return ref
 
     @hookimpl
     def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
