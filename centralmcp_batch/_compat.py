@@ -186,6 +186,38 @@ async def call_manager_tool(
     return await _abandonable(tool).run(dict(arguments), context=context, convert_result=convert_result)
 
 
+# The key of the 2026-07-28 protocol's per-request _meta (SDK 2.x's modern era).
+MODERN_META_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def progress_may_be_heard(ctx: Any) -> bool:
+    """Whether ``ctx.report_progress`` can reach anyone; True whenever the request does not make it plain.
+
+    A request that carries a progress token is heard. Without one, 1.x and a 2.x request of the
+    legacy era send nothing (2.x's dispatcher drops it after the SDK's own calls, a few us an
+    entry), so the batch skips progress. A 2.x request of the 2026-07-28 era may come from an
+    in-process client whose callback its ``_meta`` does not show: that one is always told.
+    """
+    try:
+        meta = ctx.request_context.meta
+    except Exception:  # no request context to read: tell, as before
+        return True
+    if meta is None:
+        return False
+    if _meta_field(meta, "progress_token", "progressToken") is not None:
+        return True
+    return SDK_2 and _meta_field(meta, MODERN_META_KEY) is not None
+
+
+def _meta_field(meta: Any, *names: str) -> Any:
+    """A field of a request's ``_meta``: a mapping on 2.x, a pydantic model on 1.x."""
+    for name in names:
+        value = meta.get(name) if isinstance(meta, Mapping) else getattr(meta, name, None)
+        if value is not None:
+            return value
+    return None
+
+
 def _server_context(server: Any) -> Any:
     """The Context ``server.call_tool`` makes for a call from inside the process."""
     if SDK_2:

@@ -65,15 +65,7 @@ class _ToolObserver:
 
 def _asks_for_progress(ctx: Any | None) -> bool:
     """False when a progress report could reach nobody; True whenever that is not plain."""
-    if ctx is None:
-        return False
-    if _compat.SDK_MAJOR >= 2:  # 2.x decides in its dispatcher: a token, or an in-process client's callback
-        return True
-    try:  # 1.x's report_progress sends only for the request's progressToken
-        meta = ctx.request_context.meta
-    except Exception:
-        return True
-    return meta is not None and getattr(meta, "progressToken", None) is not None
+    return ctx is not None and _compat.progress_may_be_heard(ctx)
 
 
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:

@@ -122,6 +122,44 @@ async def test_progress_one_notification_per_entry(centralmcp_server: Any) -> No
     assert any("s4" in message for _, _, message in seen)
 
 
+async def test_progress_is_skipped_only_when_the_request_shows_nobody_can_hear_it() -> None:
+    server = _compat.new_server("progress-probe")
+    heard: list[bool] = []
+
+    async def probe(ctx: _compat.Context) -> dict[str, Any]:
+        heard.append(_compat.progress_may_be_heard(ctx))
+        return {"ok": True}
+
+    _compat.add_tool(server, probe, name="probe", description="", annotations={"readOnlyHint": True})
+
+    async def ignore(progress: float, total: Any, message: Any) -> None:
+        return None
+
+    async with _compat.connect(server) as client:  # real JSON-RPC over memory streams on both lines
+        await client.call_tool("probe", {})
+        await client.call_tool("probe", {}, progress=ignore)
+    assert heard == [False, True]  # no token: nothing to send; a token: told
+
+
+@pytest.mark.skipif(not _compat.SDK_2, reason="SDK 2.x's modern in-process client")
+async def test_an_in_process_client_of_the_modern_era_still_hears_every_entry() -> None:
+    # Its callback is handed over in process, not through the request's _meta: the batch cannot tell it apart.
+    from mcp.client.client import Client
+
+    server = _compat.new_server("modern")
+    hosting.install(server, sample_host())
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: Any, message: Any) -> None:
+        seen.append(progress)
+
+    async with Client(server) as client:
+        calls = [{"name": "echo", "id": f"e{i}"} for i in range(3)]
+        answer = await client.call_tool("invoke_read_tool_batch", {"calls": calls}, progress_callback=on_progress)
+    assert answer.structured_content is not None and answer.structured_content["counts"]["total"] == 3
+    assert seen == [1, 2, 3]
+
+
 async def test_settings_are_read_per_call(centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = [{"name": "echo", "arguments": {"blob": "b" * 3000}} for _ in range(3)]
     roomy = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
