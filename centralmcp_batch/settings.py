@@ -83,13 +83,25 @@ class BatchSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BatchSettings:
+        """The settings the environment holds now (read on every batch, so a change applies to the next)."""
         env = os.environ if environ is None else environ
-        return cls(
-            response_max_bytes=int(_BY_ENV[RESPONSE_MAX_BYTES].read(env)),
-            concurrency=int(_BY_ENV[CONCURRENCY].read(env)),
-            call_timeout=_BY_ENV[CALL_TIMEOUT].read(env),
-            batch_timeout=_BY_ENV[BATCH_TIMEOUT].read(env),
-        )
+        raw = tuple(env.get(setting.env) for setting in SETTINGS)
+        known = _PARSED.get(raw)  # the same raw values parse the same: a tenth of a batch of 1's own cost
+        if known is None:
+            known = cls(
+                response_max_bytes=int(_BY_ENV[RESPONSE_MAX_BYTES].read(env)),
+                concurrency=int(_BY_ENV[CONCURRENCY].read(env)),
+                call_timeout=_BY_ENV[CALL_TIMEOUT].read(env),
+                batch_timeout=_BY_ENV[BATCH_TIMEOUT].read(env),
+            )
+            if len(_PARSED) >= 64:  # an environment that keeps changing keeps only its latest values
+                _PARSED.clear()
+            _PARSED[raw] = known
+        return known
+
+
+# Raw values of SETTINGS -> what they parse to.
+_PARSED: dict[tuple[str | None, ...], BatchSettings] = {}
 
 
 def router_mode(environ: Mapping[str, str] | None = None) -> str:
