@@ -238,7 +238,11 @@ async def schema_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     rows = []
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
         plugin_session, builtin_session = sdk_session(to_plugin), sdk_session(to_builtin)
-        plugin_session._tool_output_schemas["old_schema"] = old_output_schema()  # the same check, the old schema
+        # The same check against the old schema. Listed first: a listing rebuilds the session's schema
+        # table, and a name missing from it makes every check list the tools again (2.x) instead.
+        await plugin_session.list_tools()
+        await builtin_session.list_tools()
+        plugin_session._tool_output_schemas["old_schema"] = old_output_schema()
         for n in (25, 1):
             calls = calls_of(n)
             plugin_raw = await plugin_session.call_tool(TOOL, {"calls": calls})
