@@ -479,7 +479,10 @@ class _Run:
         """
         if self.helpers_wanted > 0:
             self.helpers_wanted -= 1
-            self.start_helper()
+            try:
+                self.start_helper()
+            except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
+                log.debug("no further batch worker could start", exc_info=True)
 
     async def work_through(self, pending: Iterator[ValidCall]) -> None:
         for call in pending:

@@ -78,6 +78,24 @@ async def test_workers_start_only_as_entries_wait_and_never_more_than_the_concur
     assert batch_task in tasks and len(set(tasks)) == 4  # each wait started one more worker, up to four
 
 
+async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks: list[int] = []
+    real_start = engine._Run.entry_waits
+
+    def closing_group(run: Any) -> None:  # as when the task group no longer takes tasks
+        def refuse() -> None:
+            raise RuntimeError("This task group is not active; no new tasks can be started.")
+
+        run.start_helper = refuse
+        real_start(run)
+
+    monkeypatch.setattr(engine._Run, "entry_waits", closing_group)
+    response = await run([{"name": "a"}] * 4, task_recording_reader(tasks, 0.005), concurrency=4)
+    assert [item["status"] for item in response["results"]] == ["ok"] * 4
+    assert len(set(tasks)) == 1  # the batch's own task ran them all, in order
+    assert [item["result"] for item in response["results"]] == [0, 1, 2, 3]
+
+
 async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
     # Each batch's run and items are freed by reference counting as soon as the caller drops the
     # answer: memory does not wait for a collection, whether workers were started or not.
