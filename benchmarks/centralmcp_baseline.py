@@ -232,8 +232,9 @@ def sdk_session(client: _compat.ClientHandle) -> Any:
 async def schema_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     """The SDK's own ``validate_tool_result`` on real answers of 25 and of 1 entries, as call_tool runs it.
 
-    On SDK 1.x the server runs the same ``jsonschema.validate`` on the answer before sending it, so
-    a round trip pays this figure twice there.
+    On SDK 1.x the server runs the same ``jsonschema.validate`` on the built-in's answer (a plain
+    dict) before sending it, so its round trip pays this figure twice; the plugin's answer reaches
+    the SDK as a finished ``CallToolResult``, which 1.x's server passes on unchecked.
     """
     rows = []
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
@@ -398,7 +399,7 @@ TABLES = {
         ["case", "plugin_us", "baseline_us", "plugin_over_baseline"],
     ),
     "schema": (
-        "C. The SDK client's output-schema check of one answer (SDK 1.x: the server runs it too)",
+        "C. The SDK client's output-schema check of one answer (SDK 1.x: the server checks the built-in's too)",
         ["schema", "n", "bytes", "check_ms", "over_builtin"],
     ),
     "memory": (

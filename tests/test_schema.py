@@ -154,3 +154,24 @@ def test_wrong_shapes_fail_the_schema(change: str) -> None:
     jsonschema.validate(a_response(), SCHEMA)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken(change), SCHEMA)
+
+
+async def test_the_answer_is_checked_once_a_round_trip_by_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tool hands the SDK a finished CallToolResult: SDK 1.x's server passes that on unchecked
+    # (it checks a plain dict's structured content), so only the client's check costs the round trip.
+    checks: list[Any] = []
+    real_validate = jsonschema.validate
+
+    def counted(instance: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
+        checks.append(schema)
+        real_validate(instance, schema, *args, **kwargs)
+
+    server = _compat.new_server("checked-once")
+    hosting.install(server, sample_host())
+    async with _compat.connect(server) as client:
+        await client.list_tools()
+        monkeypatch.setattr(jsonschema, "validate", counted)
+        answer = await client.call_tool("invoke_read_tool_batch", {"calls": [{"name": "echo"}]})
+    assert not answer.is_error and answer.structured is not None
+    output_checks = [schema for schema in checks if schema == SCHEMA]
+    assert len(output_checks) == (0 if _compat.SDK_2 else 1)  # 2.x's client compiles its validator instead

@@ -231,7 +231,7 @@ def adopted_output_schema() -> dict[str, Any]:
 
     Clients validate structured content against the published schema, so an enveloped rejection
     must pass it: it does, as the flat schema requires only a boolean ``ok`` and allows other keys.
-    A branch of its own for the envelope (an ``anyOf``) cost SDK 1.x 0.5 ms of every check, a side.
+    A branch of its own for the envelope (an ``anyOf``) cost SDK 1.x 0.5 ms of every check.
     """
     schema = models.output_schema()
     schema["description"] += ENVELOPED_REJECTION
