@@ -67,7 +67,8 @@ def _nothing_configured() -> bool:
 
     SDK 2.x brings opentelemetry-api with it, so most hosts have the plugin and no exporter; for
     them, building a batch's spans and points for nothing was a sixth of an entry's own cost.
-    Asked on every call, so a provider a host sets later is used from its next entry on.
+    Asked as each batch starts (and on each call outside a batch), so a provider a host sets
+    later is used from its next batch on.
     """
     if UNSET_METER_PROVIDER is None:
         return False
