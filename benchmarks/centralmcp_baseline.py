@@ -77,7 +77,12 @@ def lift_rate_limit() -> None:
 
 
 def load_router(mode: str, label: str) -> ModuleType:
-    """A fresh copy of the stand-in router over the benchmark backend."""
+    """A fresh copy of the stand-in router over the benchmark backend, with its own rate gate.
+
+    As the router's start-up installs it: a token bucket drawn once per backend call, here at a
+    rate no benchmark reaches, so every path (loop, built-in, plugin) pays the same token.
+    ``adopt`` then puts the account-wide limiter in front of it, as it does in production.
+    """
     lift_rate_limit()
     os.environ["CENTRALMCP_ROUTER_MODE"] = mode
     spec = importlib.util.spec_from_file_location(f"standin_router_{label}", STANDIN)
@@ -86,6 +91,7 @@ def load_router(mode: str, label: str) -> ModuleType:
     spec.loader.exec_module(module)
     module._BACKENDS = {"bench": "baseline_backend"}
     module._load_all_backends()
+    module.install_router_rate_gate(float(os.environ[RATE.env]))
     return module
 
 

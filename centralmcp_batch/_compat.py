@@ -10,7 +10,7 @@ import contextlib
 import functools
 import json
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -170,20 +170,23 @@ def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> lis
     return None
 
 
-async def call_manager_tool(
+def call_manager_tool(
     manager: Any, name: str, arguments: Mapping[str, Any], *, context: Any, convert_result: bool = False
-) -> Any:
-    """What ``manager.call_tool(name, arguments, context=context)`` answers, except that a sync
-    (``def``) tool runs in a worker thread that a cancelled call abandons.
+) -> Awaitable[Any]:
+    """What ``manager.call_tool(name, arguments, context=context)`` answers (to be awaited), except
+    that a sync (``def``) tool runs in a worker thread that a cancelled call abandons.
 
     Both SDK lines would otherwise hold a cancelled call until the function returns (2.x waits for
     its thread; 1.x runs it on the event loop, freezing every other request). An abandoned thread
-    runs on to its end, and its late result is discarded.
+    runs on to its end, and its late result is discarded. The tool's own ``run`` coroutine is
+    answered as it is, so a call costs no coroutine of this module's.
     """
     tool = manager.get_tool(name)
     if tool is None:
         raise ToolError(f"Unknown tool: {name}")
-    return await _abandonable(tool).run(dict(arguments), context=context, convert_result=convert_result)
+    # The SDK's run validates into a new dict and never changes the one it is given.
+    given = arguments if type(arguments) is dict else dict(arguments)
+    return _abandonable(tool).run(given, context=context, convert_result=convert_result)  # type: ignore[no-any-return]
 
 
 # The key of the 2026-07-28 protocol's per-request _meta (SDK 2.x's modern era).

@@ -8,7 +8,7 @@ from typing import Any
 from . import _compat, budget, engine, models, pipeline
 from ._compat import Context
 from .errors import HostContractError
-from .host import HostHooks
+from .host import HookCalls, HostHooks
 from .settings import BatchSettings
 
 log = logging.getLogger(__name__)
@@ -39,20 +39,15 @@ duplicate ids) is answered {{"ok": false, "error"}} with nothing run."""
 class _ToolObserver:
     """Engine events to the host's observer hooks and the client's progress notifications."""
 
-    def __init__(self, hooks: HostHooks, ctx: Any | None) -> None:
-        self.hooks, self.ctx = hooks, ctx
+    def __init__(self, hooks: HookCalls, ctx: Any | None) -> None:
+        self.ctx = ctx
+        # The hooks' own methods: an entry's event is one call less on its way.
+        self.batch_started = hooks.batch_started
+        self.item_completed = hooks.batch_item_completed
+        self.batch_completed = hooks.batch_completed
         # Nobody to tell (called in process, or a request with no progress token): the engine
         # then skips the progress lock and call on every entry.
         self.reports_progress = _asks_for_progress(ctx)
-
-    async def batch_started(self, total: int) -> None:
-        await self.hooks.batch_started(total)
-
-    async def item_completed(self, item: dict[str, Any], seconds: float) -> None:
-        await self.hooks.batch_item_completed(item, seconds)
-
-    async def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
-        await self.hooks.batch_completed(response, seconds)
 
     async def progress(self, done: int, total: int, message: str) -> None:
         if self.ctx is None:
@@ -70,8 +65,9 @@ def _asks_for_progress(ctx: Any | None) -> bool:
 
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
-    reader = pipeline.batch_reader(hooks, request=ctx)
-    observer = _ToolObserver(hooks, ctx)
+    calls_hooks = hooks.calls()  # the hooks as they stand as the batch starts, for every entry of it
+    reader = pipeline.batch_reader(calls_hooks, request=ctx)
+    observer = _ToolObserver(calls_hooks, ctx)
     return await engine.run_batch(calls, reader, BatchSettings.from_env(), observer, frozenset({TOOL_NAME}))
 
 
@@ -101,4 +97,4 @@ def register(server: Any, hooks: HostHooks) -> None:
 
 
 def _compact_json(response: dict[str, Any]) -> str:
-    return budget.encode(response).decode()
+    return budget.dumps(response)

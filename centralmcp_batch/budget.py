@@ -15,6 +15,7 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
+from json.encoder import c_make_encoder  # type: ignore[attr-defined] # None where Python has no _json
 from json.encoder import encode_basestring as _encode_string  # what the encoder below does to a string
 from typing import Any
 
@@ -22,18 +23,33 @@ SHORT_ERROR_CHARS = 80
 
 
 # What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` builds on
-# every call, made once: the encoder keeps no state between calls, and every item is sized with it.
+# every call, made once: every item and every entry's arguments are sized with it. The C encoder
+# itself is kept too (building one was half the cost of encoding an item); it checks no cycles,
+# so a cyclic value fails with RecursionError, which every caller takes as "not JSON".
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_C_ENCODE = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _not_json, _encode_string, None, ":", ",", False, False, False)
+)
+
+
+def dumps(value: Any) -> str:
+    """The wire form as text, before UTF-8: compact JSON, no NaN or infinity."""
+    if _C_ENCODE is None:  # a Python without the _json accelerator
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
 
 
 def encode(value: Any) -> bytes:
     """The wire form the budget measures: compact JSON, UTF-8, no NaN or infinity."""
-    return _ENCODER.encode(value).encode()
-
-
-def dumps(value: Any) -> str:
-    """The wire form as text, before UTF-8."""
-    return _ENCODER.encode(value)
+    return dumps(value).encode()
 
 
 def text_size(text: str) -> int:
@@ -41,7 +57,7 @@ def text_size(text: str) -> int:
 
 
 def size(value: Any) -> int:
-    return text_size(_ENCODER.encode(value))
+    return text_size(dumps(value))
 
 
 def string_size(text: str) -> int:
@@ -57,6 +73,7 @@ class _Sized:
         self.items: list[dict[str, Any]] = response["results"]
         self.sizes = list(sizes) if sizes is not None else [size(item) for item in self.items]
         self._items_bytes = sum(self.sizes)
+        self.shrunk = False  # whether an item was changed or left out yet
         self._measure_envelope()
 
     def _measure_envelope(self) -> None:
@@ -66,12 +83,19 @@ class _Sized:
     def total(self) -> int:
         return self.envelope + self._items_bytes + max(0, len(self.items) - 1)
 
+    def fits(self, budget: int) -> bool:
+        """Within ``budget``, and truly shrunk: ``truncated: true`` is a byte shorter than ``false``,
+        so a response one byte over would fit by saying it was shrunk without being so."""
+        return self.shrunk and self.total <= budget
+
     def replace(self, index: int, item: dict[str, Any]) -> None:
         new = size(item)
+        self.shrunk = True
         self._items_bytes += new - self.sizes[index]
         self.items[index], self.sizes[index] = item, new
 
     def remove(self, index: int) -> None:
+        self.shrunk = True
         self._items_bytes -= self.sizes[index]
         del self.items[index]
         del self.sizes[index]
@@ -92,7 +116,7 @@ def fit(response: dict[str, Any], budget: int, sizes: list[int] | None = None) -
         return response
     sized.set_field("truncated", True)
     for stage in (_drop_results, _shorten_errors, _skeleton):
-        if sized.total <= budget:
+        if sized.fits(budget):
             break
         stage(sized, budget)
     return response
@@ -100,7 +124,7 @@ def fit(response: dict[str, Any], budget: int, sizes: list[int] | None = None) -
 
 def _drop_results(sized: _Sized, budget: int) -> None:
     for index in reversed(range(len(sized.items))):
-        if sized.total <= budget:
+        if sized.fits(budget):
             return
         item = sized.items[index]
         if item["status"] == "ok" and not item.get("result_truncated"):
@@ -109,7 +133,7 @@ def _drop_results(sized: _Sized, budget: int) -> None:
 
 def _shorten_errors(sized: _Sized, budget: int) -> None:
     for index in reversed(range(len(sized.items))):
-        if sized.total <= budget:
+        if sized.fits(budget):
             return
         item = sized.items[index]
         error = item.get("error")

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator,
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from contextlib import nullcontext
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any, Protocol, cast
 
 import anyio
@@ -42,7 +43,9 @@ MIN_SHARE = 1024
 SERVER_NAME_RESERVE = 64
 
 
-@dataclass(frozen=True)
+# Plain slotted classes, not frozen ones: a frozen dataclass sets each field through
+# object.__setattr__, a third of a microsecond per entry for nothing. Nothing changes them.
+@dataclass(slots=True)
 class ValidCall:
     index: int
     id: str
@@ -51,7 +54,7 @@ class ValidCall:
     cursor: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class InvalidCall:
     index: int
     id: str | None
@@ -65,14 +68,31 @@ Entry = ValidCall | InvalidCall
 class Guards:
     """What the engine lends one entry's read: the per-server cap and the call time limit.
 
-    The reader enters ``backend_call(tool)`` around the rate token and the dispatch, so the
-    engine knows whether an entry reached its backend when the batch deadline passes.
+    The reader enters ``server_slot(tool)`` around the rate token and the dispatch, sends the
+    backend call through ``dispatch`` and then asks ``dispatch_ended``, so the engine knows
+    whether an entry reached its backend when the batch deadline passes.
+
+    What costs in a call time limit is a cancel scope per call (entering and leaving one was a
+    sixth of a zero-latency entry's cost) and arming its timer. So a batch's worker lends each
+    entry it runs its own scope, ``scope``, and the engine's driver (``_driven``) sets its
+    deadline only once the call has started waiting on something, counted from the call's
+    start: a call that never waits (an in-memory backend, a cache) cannot be cancelled anyway.
+    ``dispatch_ended`` lifts it. When the deadline passes, the cancellation ends the call and
+    unwinds the entry to its worker, which answers it as timed out (``_Run.work_through``).
+    Outside a worker (a single read) the call gets a scope of its own.
     """
 
     def __init__(self, call_timeout: float, server_caps: dict[Any, anyio.Semaphore] | None = None) -> None:
         self.call_timeout = call_timeout
         self.dispatched = False
         self._caps = server_caps if server_caps is not None else {}
+        self.scope: anyio.CancelScope | None = None  # the worker's scope, lent for the call time limit
+        self.resting = math.inf  # the scope's deadline between calls: its worker's batch deadline, if any
+        self.tool: ToolRef | None = None  # the tool being called, once dispatched
+        self.calling = False  # between dispatch() and dispatch_ended()
+        self._armed = False
+        self._late = False
+        self._started = 0.0
 
     def server_slot(self, tool: ToolRef) -> AsyncContextManager[Any]:
         # Plain context managers, not generator-based ones: this is on every entry's path.
@@ -84,13 +104,40 @@ class Guards:
         self.dispatched = True
         return anyio.move_on_after(self.call_timeout)
 
-    def dispatch(self, call: Coroutine[Any, Any, Any]) -> Awaitable[tuple[Any, bool]]:
-        """Mark the entry as sent and await ``call`` within the call timeout: ``(its answer, timed out)``.
+    def dispatch(self, call: Coroutine[Any, Any, Any], tool: ToolRef | None = None) -> Awaitable[Any]:
+        """Mark the entry as sent to ``tool``'s backend; await what this returns, then ask ``dispatch_ended()``.
 
-        The same bound as awaiting it inside ``dispatching()``, cheaper: see ``_bounded``.
+        The same bound as awaiting ``call`` inside ``dispatching()``, cheaper (see the class).
         """
-        self.dispatched = True
-        return _bounded(call, self.call_timeout)
+        self.dispatched, self.calling, self.tool = True, True, tool
+        self._started = time.perf_counter()
+        if self.scope is None:
+            return _in_own_scope(call if type(call) is CoroutineType else _awaiting(call), self)
+        return call
+
+    def answered(self, answer: Any) -> Any:
+        """Mark the entry as sent to its backend, whose dispatch answered without waiting: ``answer``."""
+        self.dispatched, self.calling = True, True
+        return answer
+
+    def arm(self) -> None:
+        """The entry waits: while its call runs, the call time limit counts from the call's start."""
+        if self.calling and not self._armed and self.scope is not None:
+            self._armed = True
+            deadline = anyio.current_time() + self.call_timeout - (time.perf_counter() - self._started)
+            if deadline < self.resting:  # a batch deadline sooner than the call's stays: it is the limit that passes
+                self.scope.deadline = deadline
+
+    def dispatch_ended(self) -> bool:
+        """Lift the call's time limit; True when it passed (an answer that came anyway came too late)."""
+        self.calling = False
+        scope = self.scope
+        if self._armed and scope is not None:
+            self._armed = False
+            self._late = self._late or scope.cancel_called
+            if not scope.cancel_called and scope.deadline != self.resting:
+                scope.deadline = self.resting
+        return self._late
 
     def _cap_for(self, tool: ToolRef) -> anyio.Semaphore | None:
         if not tool.concurrency or tool.concurrency < 1:
@@ -101,58 +148,55 @@ class Guards:
         return self._caps[key]
 
 
-@types.coroutine
-def _bounded(call: Coroutine[Any, Any, Any], timeout: float) -> Generator[Any, Any, tuple[Any, bool]]:
-    """Await ``call``, cancelled ``timeout`` seconds after it started: ``(its answer, whether it timed out)``.
+async def _awaiting(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
-    What costs in a call time limit is arming the scope's timer (and disarming it), and a call
-    that never waits (an in-memory backend, a cache) cannot be cancelled anyway. So the scope
-    opens around the whole call, as ``with dispatching()`` would, but its deadline is only set
-    once the call's first step has ended waiting on something, counted from the call's start.
-    """
-    started = time.perf_counter()
+
+@types.coroutine
+def _in_own_scope(call: Coroutine[Any, Any, Any], guards: Guards) -> Generator[Any, Any, Any]:
+    """Await ``call`` under the call time limit in a cancel scope of its own (a read outside a batch)."""
     with anyio.CancelScope() as scope:
+        guards.scope = scope
         try:
-            waiting_on = call.send(None)
-        except StopIteration as done:
-            return done.value, False
-        scope.deadline = anyio.current_time() + timeout - (time.perf_counter() - started)
-        answer = yield from _rest_of(call, waiting_on)
-        return answer, False
-    return None, True  # only reached when the scope caught its own deadline
+            return (yield from _driven(call, guards, _no_helper))
+        finally:
+            guards.dispatch_ended()
+            guards.scope = None
+    guards._late = True  # only reached when the scope caught its own deadline
+    return None
 
 
 @types.coroutine
-def _telling_its_first_wait(call: Coroutine[Any, Any, Any], on_wait: Callable[[], None]) -> Generator[Any, Any, Any]:
-    """Await ``call``; the first time it waits on something, call ``on_wait`` (once)."""
+def _driven(
+    reading: Coroutine[Any, Any, Any], guards: Guards, on_first_wait: Callable[[], None]
+) -> Generator[Any, Any, Any]:
+    """Await ``reading``, as ``await`` would; each time it waits, arm ``guards``' call time limit (see
+    ``Guards``), and the first time, call ``on_first_wait``.
+
+    What the reading waits on goes up to the task, and what the task answers (values, exceptions,
+    cancellation) goes down to the reading.
+    """
     try:
-        waiting_on = call.send(None)
+        waiting_on = reading.send(None)
     except StopIteration as done:
         return done.value
-    on_wait()
-    return (yield from _rest_of(call, waiting_on))
-
-
-def _rest_of(call: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
-    """Drive ``call`` on from its first wait, as ``await`` would: its answer, or what it raised.
-
-    What the call waits on goes up to the task, and what the task answers (values, exceptions,
-    cancellation) goes down to the call.
-    """
+    on_first_wait()
     while True:
+        if guards.calling:
+            guards.arm()
         try:
             answer = yield waiting_on
-        except GeneratorExit:  # this await is being closed: close the call too, as ``await`` does
-            call.close()
+        except GeneratorExit:  # this await is being closed: close the reading too, as ``await`` does
+            reading.close()
             raise
-        except BaseException as exc:  # thrown into the task (a cancellation): the call's to handle
+        except BaseException as exc:  # thrown into the task (a cancellation): the reading's to handle
             try:
-                waiting_on = call.throw(exc)
+                waiting_on = reading.throw(exc)
             except StopIteration as done:
                 return done.value
         else:
             try:
-                waiting_on = call.send(answer)
+                waiting_on = reading.send(answer)
             except StopIteration as done:
                 return done.value
 
@@ -162,13 +206,18 @@ class Reader(Protocol):
 
 
 class Observer(Protocol):
-    """Told as entries and the batch finish; every method must swallow its own failures."""
+    """Told as entries and the batch finish; every method must swallow its own failures.
 
-    async def batch_started(self, total: int) -> None: ...
+    ``batch_started``, ``item_completed`` and ``batch_completed`` may be ``def`` or ``async def``:
+    the engine awaits an answer that is not None, so an observer with nothing to wait for costs
+    no coroutine per entry.
+    """
 
-    async def item_completed(self, item: dict[str, Any], seconds: float) -> None: ...
+    def batch_started(self, total: int) -> Awaitable[None] | None: ...
 
-    async def batch_completed(self, response: dict[str, Any], seconds: float) -> None: ...
+    def item_completed(self, item: dict[str, Any], seconds: float) -> Awaitable[None] | None: ...
+
+    def batch_completed(self, response: dict[str, Any], seconds: float) -> Awaitable[None] | None: ...
 
     async def progress(self, done: int, total: int, message: str) -> None: ...
 
@@ -178,13 +227,13 @@ class Observer(Protocol):
 
 
 class QuietObserver:
-    async def batch_started(self, total: int) -> None:
+    def batch_started(self, total: int) -> None:
         return None
 
-    async def item_completed(self, item: dict[str, Any], seconds: float) -> None:
+    def item_completed(self, item: dict[str, Any], seconds: float) -> None:
         return None
 
-    async def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
+    def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
         return None
 
     async def progress(self, done: int, total: int, message: str) -> None:
@@ -221,6 +270,10 @@ def _cancel_requested() -> bool:
     return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: treat it as real
 
 
+def call_timed_out(timeout: float) -> str:
+    return f"TimeoutError: the backend call timed out after {timeout:g}s"
+
+
 def describe(exc: BaseException) -> str:
     """An exception as an item's error: ``"ExcType: message"`` (just ``ExcType`` with no message)."""
     name = type(exc).__name__
@@ -245,6 +298,25 @@ def check_batch(calls: Any) -> str | None:
 
 def parse_entry(index: int, raw: Any) -> Entry:
     """Validate one entry in the documented order; the first failure wins."""
+    if type(raw) is dict:  # the common entry, told valid in one pass; anything else is checked in order below
+        call_id, name, arguments, cursor = raw.get("id"), raw.get("name"), raw.get("arguments"), raw.get("cursor")
+        if call_id is None:
+            call_id = str(index)
+        if (
+            type(call_id) is str
+            and 0 < len(call_id) <= MAX_ID_CHARS
+            and call_id.isascii()
+            and type(name) is str
+            and 0 < len(name) <= MAX_NAME_CHARS
+            and name.isascii()
+            and (cursor is None or type(cursor) is str)
+            and _arguments_problem(arguments) is None
+        ):
+            return ValidCall(index, call_id, name, arguments or {}, cursor)
+    return _parse_in_order(index, raw)
+
+
+def _parse_in_order(index: int, raw: Any) -> Entry:
     if not isinstance(raw, dict):
         return InvalidCall(index, str(index), None, f"call at index {index} must be an object")
     call_id = raw.get("id")
@@ -362,14 +434,28 @@ def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
         if isinstance(entry, InvalidCall)
     ]
     valid = len(entries) - len(invalid)
-    envelope = assemble(invalid)
-    envelope["counts"] = {"total": len(entries), "succeeded": valid, "failed": len(invalid)}
     # The envelope holds the invalid items and the commas between them; the rest of the commas are added.
-    reserved = budget.size(envelope) + (len(entries) - 1) - max(0, len(invalid) - 1)
+    reserved = _envelope_size(len(entries), invalid) + (len(entries) - 1) - max(0, len(invalid) - 1)
     for entry in entries:
         if isinstance(entry, ValidCall):
             reserved += _ok_item_keys_size(entry)
     return max(MIN_SHARE, (response_max_bytes - reserved) // max(1, valid))
+
+
+def _envelope_size(total: int, invalid: list[dict[str, Any]]) -> int:
+    """The response's size without its ok items, as if every valid entry succeeds."""
+    if not invalid:
+        return _all_valid_envelope_size(total)
+    envelope = assemble(invalid)
+    envelope["counts"] = {"total": total, "succeeded": total - len(invalid), "failed": len(invalid)}
+    return budget.size(envelope)
+
+
+@functools.lru_cache(maxsize=MAX_CALLS)
+def _all_valid_envelope_size(total: int) -> int:
+    envelope = assemble([])
+    envelope["counts"] = {"total": total, "succeeded": total, "failed": 0}
+    return budget.size(envelope)
 
 
 # An ok item without its result, as compact JSON, around its index, id and tool; the server
@@ -382,18 +468,11 @@ def _ok_item_keys_size(call: ValidCall) -> int:
     return _OK_ITEM_FIXED + len(str(call.index)) + budget.string_size(call.id) + budget.string_size(call.name)
 
 
-def _encoded_item(item: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The item and its encoded size; an ok result JSON cannot encode becomes an error item."""
-    try:
-        return item, budget.size(item)
-    except (TypeError, ValueError, RecursionError) as exc:
-        keep = {key: item[key] for key in ("index", "id", "tool", "server")}
-        failed = {
-            **keep,
-            "status": "error",
-            "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable",
-        }
-        return failed, budget.size(failed)
+def _unencodable_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
+    """An ok item whose result JSON cannot encode, as an error item, and its encoded size."""
+    keep = {key: item[key] for key in ("index", "id", "tool", "server")}
+    failed = {**keep, "status": "error", "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable"}
+    return failed, budget.size(failed)
 
 
 def assemble(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -430,7 +509,7 @@ class _Run:
         caps: dict[Any, anyio.Semaphore] = {}
         self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
         self.max_bytes = entry_share(entries, settings.response_max_bytes)
-        self.progress_lock = _uncontended_lock()
+        self.progress_lock: anyio.Lock | None = None  # made when the first progress is told
         self.reports_progress = bool(getattr(observer, "reports_progress", True)) and (
             getattr(type(observer), "progress", None) is not QuietObserver.progress
         )
@@ -453,14 +532,16 @@ class _Run:
                     0.0,
                 )
         workers = min(self.settings.concurrency, len(valid))
-        self.stop_at = time.monotonic() + self.settings.batch_timeout
-        with anyio.move_on_after(self.settings.batch_timeout):
-            if workers == 1:
-                # One worker needs no task group: the batch's own task works through the entries, which
-                # spares a task and a group per batch (most of a batch of 1's own cost). Only a
-                # cancellation can leave a worker, and it leaves a group the same way.
-                await self.work_through(pending)
-            else:
+        timeout = self.settings.batch_timeout
+        self.stop_at = time.monotonic() + timeout
+        if workers == 1:
+            # One worker needs no task group, and no scope of its own for the batch time limit: the
+            # batch's own task works through the entries, and its worker scope carries that limit
+            # between calls. This spares a task, a group and a scope per batch: most of a batch of
+            # 1's own cost. Only a cancellation can leave a worker, and it leaves a group the same way.
+            await self.work_through(pending, anyio.current_time() + timeout)
+        else:
+            with anyio.move_on_after(timeout):
                 try:
                     async with anyio.create_task_group() as tasks:
                         self.helpers_wanted = workers - 1
@@ -484,42 +565,73 @@ class _Run:
             except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
                 log.debug("no further batch worker could start", exc_info=True)
 
-    async def work_through(self, pending: Iterator[ValidCall]) -> None:
-        for call in pending:
-            # Nothing on an entry's own path need yield to the loop (a zero-latency backend does not),
-            # so the batch time limit's cancellation may not have been delivered yet: an entry taken
-            # after the limit passed is left undispatched, as the limit's report says.
-            if time.monotonic() >= self.stop_at:
+    async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float = math.inf) -> None:
+        """Run entries from ``pending`` until none is left, each call under its time limit.
+
+        The worker lends its entries one cancel scope for their call time limits (see ``Guards``);
+        a worker with a ``batch_deadline`` (in ``anyio.current_time()``) keeps that deadline on
+        the scope between calls. When a call's limit passes, the scope has ended the call and the
+        entry is answered here; the worker goes on with a fresh scope, since a cancelled one stays
+        cancelled. When the batch's passes, the worker stops and ``report_deadline`` answers the rest.
+        """
+        while True:
+            with anyio.CancelScope(deadline=batch_deadline) as scope:
+                for call in pending:
+                    # Nothing on an entry's own path need yield to the loop (a zero-latency backend does not),
+                    # so the batch time limit's cancellation may not have been delivered yet: an entry taken
+                    # after the limit passed is left undispatched, as the limit's report says.
+                    if time.monotonic() >= self.stop_at:
+                        return
+                    started = time.perf_counter()
+                    guards = self.guards[call.index]
+                    guards.scope, guards.resting = scope, batch_deadline
+                    await self.run_one(call, started)
+                    if scope.cancel_called:  # a late answer, already told as timed out: a fresh scope for the rest
+                        break
+                else:
+                    return
+            if anyio.current_time() >= batch_deadline:
                 return
-            await self.run_one(call)
+            if self.items[call.index] is None:  # its call time limit ended the call
+                outcome = Outcome("error", guards.tool, error=call_timed_out(guards.call_timeout))
+                await self.finish_call(call, outcome, started)
 
-    async def run_one(self, call: ValidCall) -> None:
-        started = time.perf_counter()
-        reading = self.read(call)
-        outcome = await (reading if self.helpers_wanted == 0 else _telling_its_first_wait(reading, self.entry_waits))
-        server = outcome.tool.server if outcome.tool else None
-        await self.finish(
-            call.index, make_item(call.index, call.id, call.name, server, outcome), time.perf_counter() - started
-        )
-
-    async def read(self, call: ValidCall) -> Outcome:
+    async def run_one(self, call: ValidCall, started: float) -> None:
         if call.name in self.self_names:
-            return Outcome("blocked", error=f"{call.name} cannot be called from inside a batch: name a backend tool")
-        try:
-            return await self.reader(call, self.max_bytes, self.guards[call.index])
-        except BaseException as exc:  # the reader should not raise; if it does, only its entry fails
-            if must_propagate(exc):
-                raise
-            log.error("batch reader raised for entry %d", call.index, exc_info=exc)
-            return Outcome("error", error=describe(exc))
+            outcome = Outcome("blocked", error=f"{call.name} cannot be called from inside a batch: name a backend tool")
+        else:
+            try:
+                guards = self.guards[call.index]
+                reading = self.reader(call, self.max_bytes, guards)
+                if type(reading) is not CoroutineType:  # another awaitable: driven through a coroutine of ours
+                    reading = _awaiting(reading)
+                outcome = await _driven(reading, guards, self.entry_waits)
+            except BaseException as exc:  # the reader should not raise; if it does, only its entry fails
+                if must_propagate(exc):
+                    raise
+                log.error("batch reader raised for entry %d", call.index, exc_info=exc)
+                outcome = Outcome("error", error=describe(exc))
+        await self.finish_call(call, outcome, started)
+
+    async def finish_call(self, call: ValidCall, outcome: Outcome, started: float) -> None:
+        server = outcome.tool.server if outcome.tool else None
+        item = make_item(call.index, call.id, call.name, server, outcome)
+        await self.finish(call.index, item, time.perf_counter() - started)
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
-        item, self.sizes[index] = _encoded_item(item)
+        try:
+            self.sizes[index] = budget.size(item)
+        except (TypeError, ValueError, RecursionError) as exc:
+            item, self.sizes[index] = _unencodable_item(item, exc)
         self.items[index] = item
-        await self.observer.item_completed(item, seconds)
+        told = self.observer.item_completed(item, seconds)
+        if told is not None:
+            await told
         if not self.reports_progress:
             self.done += 1
             return
+        if self.progress_lock is None:
+            self.progress_lock = _uncontended_lock()
         async with self.progress_lock:
             self.done += 1
             await self.observer.progress(self.done, len(self.entries), _progress_message(item))
@@ -577,10 +689,14 @@ async def run_batch(
     if rejection:
         return {"ok": False, "error": rejection}
     # Told in the batch's own task, so what an observer starts here (a span) is current in every entry's task.
-    await observer.batch_started(len(entries))
+    told = observer.batch_started(len(entries))
+    if told is not None:
+        await told
     run = _Run(entries, reader, settings, observer, self_names)
     await run.run_all()
     items = [item for item in run.items if item is not None]
     response = budget.fit(assemble(items), settings.response_max_bytes, run.sizes)
-    await observer.batch_completed(response, time.perf_counter() - started)
+    told = observer.batch_completed(response, time.perf_counter() - started)
+    if told is not None:
+        await told
     return response

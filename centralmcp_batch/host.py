@@ -1,19 +1,22 @@
 """The one typed facade over ``pm.hook.*``: business code calls these methods, never pluggy.
 
-Each method forwards to one hook with keyword arguments and awaits an awaitable answer, so a
-host may implement any hook with ``def`` or ``async def``.
+Each method forwards to one hook with its arguments by name and awaits an awaitable answer, so
+a host may implement any hook with ``def`` or ``async def``.
 
 A batch calls four hooks per entry, so the facade calls plain implementations itself, in pluggy's
 order and with pluggy's result rules, while that is exactly what pluggy would do: no wrapper on
 the hook and no call monitoring or tracing on the manager. Anything else goes through pluggy.
-The plan is rebuilt whenever the hook's implementations change (a plugin registered later).
+What to call is worked out in a :class:`HookCalls`, fixed when it is made: a batch makes one as
+it starts (a plugin registered while it runs is heard from the next batch on), and each
+``HostHooks`` method uses one that is remade whenever the plugins change.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import CoroutineType
 from typing import Any
 
@@ -27,15 +30,46 @@ log = logging.getLogger(__name__)
 NO_GATE = "refused: the host registers no centralmcp_read_gate, so no read can be allowed"
 NO_CURSORS = "this host does not support continuation cursors"
 
+# Each hook the facade calls, with its arguments in the spec's order.
+SPEC_ARGS: dict[str, tuple[str, ...]] = {
+    "centralmcp_find_tool": ("name",),
+    "centralmcp_read_gate": ("tool",),
+    "centralmcp_resume_cursor": ("tool", "arguments", "cursor"),
+    "centralmcp_acquire_rate_token": ("tool",),
+    "centralmcp_dispatch_read": ("tool", "arguments", "resume", "max_bytes", "context"),
+    "centralmcp_batch_started": ("total",),
+    "centralmcp_rate_token_waited": ("tool", "seconds"),
+    "centralmcp_batch_item_completed": ("item", "seconds"),
+    "centralmcp_batch_completed": ("response", "seconds"),
+}
+OBSERVERS = frozenset(
+    {
+        "centralmcp_batch_started",
+        "centralmcp_rate_token_waited",
+        "centralmcp_batch_item_completed",
+        "centralmcp_batch_completed",
+    }
+)
+
 
 async def await_me_maybe(value: Any) -> Any:
-    # The common answers (a coroutine, None, a plain value) are told apart without the ABC check.
-    if type(value) is CoroutineType or (value is not None and inspect.isawaitable(value)):
+    if is_awaitable(value):
         return await value
     return value
 
 
-Impl = tuple[Callable[..., Any], Sequence[str]]  # an implementation's function and its argument names
+def is_awaitable(value: Any) -> bool:
+    # The common answers (a coroutine, None, a dict, a ToolRef) are told apart without the ABC check.
+    if type(value) is CoroutineType:
+        return True
+    return value is not None and type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value)
+
+
+_NEVER_AWAITABLE = frozenset({dict, list, str, int, ToolRef})
+
+# One implementation as the facade calls it: its function, which of the spec's arguments it takes,
+# by position (None: all of them, in the spec's order, the common case), and its plugin's name.
+Impl = tuple[Callable[..., Any], tuple[int, ...] | None, str]
 
 
 def _is_pluggys_own_call(hookexec: Any) -> bool:
@@ -49,8 +83,175 @@ def _gate_failed(tool: ToolRef, exc: Exception) -> str:
     return f"refused: the read gate failed ({type(exc).__name__})"
 
 
+def _as_impl(hookimpl: Any, spec_args: Sequence[str]) -> Impl:
+    picks = tuple(spec_args.index(name) for name in hookimpl.argnames)
+    return hookimpl.function, None if picks == tuple(range(len(spec_args))) else picks, hookimpl.plugin_name
+
+
+def _call(impl: Impl, args: tuple[Any, ...]) -> Any:
+    function, picks, _ = impl
+    return function(*args) if picks is None else function(*[args[i] for i in picks])
+
+
+class HookCalls:
+    """The host's hooks as one batch (or one read) calls them: each hook's implementations, fixed when made.
+
+    Each hook is one method that takes the spec's arguments by position and answers without
+    waiting: its answer, or an awaitable of it when an implementation is ``async`` (the caller
+    awaits what ``is_awaitable`` says is). No coroutine is made where no implementation needs
+    one, so an entry over ``def`` hooks costs no coroutine of the facade's. Hooks are called
+    directly, in pluggy's order and with its result rules, or through pluggy when it must make
+    the call (a wrapper on the hook, or call monitoring on the manager). Observers are told
+    each on their own, in order; one that fails is logged and the others still hear.
+    """
+
+    def __init__(self, pluginmanager: pluggy.PluginManager, plans: Mapping[str, tuple[Impl, ...] | None]) -> None:
+        self._hook = pluginmanager.hook
+        self._plans = plans
+        gates = self._hook.centralmcp_read_gate.get_hookimpls()
+        # A gate that is only a wrapper wraps nothing: no implementation answers, so none allows.
+        self.has_gate = any(not (impl.wrapper or impl.hookwrapper) for impl in gates)
+        self.has_cursors = bool(self._hook.centralmcp_resume_cursor.get_hookimpls())
+        self.hears_tokens = bool(plans["centralmcp_rate_token_waited"])
+        self.find_tool: Callable[[str], Any] = self._first_caller("centralmcp_find_tool")
+        self.dispatch_read: Callable[[ToolRef, Mapping[str, Any], Any, int, CallContext], Any] = self._first_caller(
+            "centralmcp_dispatch_read"
+        )
+        self._resume = self._first_caller("centralmcp_resume_cursor")
+
+    def _first_caller(self, hook: str) -> Callable[..., Any]:
+        """A ``firstresult`` hook as one callable: the first answer that is not None, as pluggy gives it."""
+        impls = self._plans[hook]
+        if impls is None:
+            return functools.partial(self._through_pluggy, hook)
+        if len(impls) == 1 and impls[0][1] is None:
+            return impls[0][0]  # the implementation itself: the common case, and an entry's hottest path
+
+        def first(*args: Any) -> Any:
+            for impl in impls:
+                answer = _call(impl, args)
+                if answer is not None:
+                    return answer
+            return None
+
+        return first
+
+    def _through_pluggy(self, hook: str, *args: Any) -> Any:
+        return getattr(self._hook, hook)(**dict(zip(SPEC_ARGS[hook], args, strict=True)))
+
+    def _all(self, hook: str, args: tuple[Any, ...]) -> list[Any]:
+        """Every answer that is not None, in pluggy's order; a raise stops the rest, as in pluggy."""
+        impls = self._plans[hook]
+        if impls is None:
+            return list(self._through_pluggy(hook, *args))
+        answers = []
+        for impl in impls:
+            answer = _call(impl, args)
+            if answer is not None:
+                answers.append(answer)
+        return answers
+
+    def read_gate(self, tool: ToolRef) -> str | None | Awaitable[str | None]:
+        """None allows; otherwise the first refusal. Fails closed on a raise or a missing gate."""
+        if not self.has_gate:
+            return NO_GATE
+        try:
+            answers = self._all("centralmcp_read_gate", (tool,))
+        except Exception as exc:
+            return _gate_failed(tool, exc)
+        if any(is_awaitable(answer) for answer in answers):
+            return _gate_awaiting(tool, answers)
+        return _first_refusal(answers)
+
+    def resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
+        """The resume state for ``cursor`` (or an awaitable of it); raises InvalidCursor when the host refuses it."""
+        if not self.has_cursors:
+            raise InvalidCursor(NO_CURSORS)
+        return self._resume(tool, arguments, cursor)
+
+    def acquire_rate_token(self, tool: ToolRef) -> list[Awaitable[Any]]:
+        """What to await for one token of every limiter: each may fail, which is logged and does not block.
+
+        A limiter that raises when called is logged here and asked no further, as in pluggy.
+        """
+        try:
+            waits = self._all("centralmcp_acquire_rate_token", (tool,))
+        except Exception:
+            token_failed(tool)
+            return []
+        return [wait for wait in waits if is_awaitable(wait)]
+
+    def batch_started(self, total: int) -> Awaitable[None] | None:
+        return self._notify("centralmcp_batch_started", (total,))
+
+    def rate_token_waited(self, tool: ToolRef, seconds: float) -> Awaitable[None] | None:
+        return self._notify("centralmcp_rate_token_waited", (tool, seconds))
+
+    def batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> Awaitable[None] | None:
+        return self._notify("centralmcp_batch_item_completed", (item, seconds))
+
+    def batch_completed(self, response: Mapping[str, Any], seconds: float) -> Awaitable[None] | None:
+        return self._notify("centralmcp_batch_completed", (response, seconds))
+
+    def _notify(self, hook: str, args: tuple[Any, ...]) -> Awaitable[None] | None:
+        """Tell each observer in turn; from the first that answers an awaitable on, the rest in a coroutine."""
+        impls = self._plans[hook] or ()
+        for position, impl in enumerate(impls):
+            try:
+                answer = _call(impl, args)
+            except Exception:
+                _observer_failed(hook, impl)
+                continue
+            if is_awaitable(answer):
+                return _notify_rest(hook, args, impl, answer, impls[position + 1 :])
+        return None
+
+
+def _first_refusal(answers: Sequence[Any]) -> str | None:
+    for answer in answers:
+        if answer is not None:
+            return answer if isinstance(answer, str) else f"refused by the read gate ({type(answer).__name__})"
+    return None
+
+
+async def _gate_awaiting(tool: ToolRef, answers: Sequence[Any]) -> str | None:
+    said = []
+    for answer in answers:  # await every answer, so no coroutine is left unawaited
+        try:
+            said.append((await answer) if is_awaitable(answer) else answer)
+        except Exception as exc:
+            said.append(_gate_failed(tool, exc))
+    return _first_refusal(said)
+
+
+def token_failed(tool: ToolRef) -> None:
+    """A limiter failed for ``tool``: logged, and the call goes on (a broken limiter never blocks a read)."""
+    log.warning("centralmcp_acquire_rate_token failed for %r; proceeding", tool.name, exc_info=True)
+
+
+async def _notify_rest(hook: str, args: tuple[Any, ...], impl: Impl, answer: Any, rest: Sequence[Impl]) -> None:
+    try:
+        await answer
+    except Exception:
+        _observer_failed(hook, impl)
+    for impl in rest:
+        try:
+            answer = _call(impl, args)
+            if is_awaitable(answer):
+                await answer
+        except Exception:
+            _observer_failed(hook, impl)
+
+
+def _observer_failed(hook: str, impl: Impl) -> None:
+    log.warning("observer %s of plugin %r failed; ignored", hook, impl[2], exc_info=True)
+
+
 class HostHooks:
-    """The host's hooks, as the plugin calls them."""
+    """The host's hooks, as the plugin calls them.
+
+    :meth:`calls` gives the current :class:`HookCalls`; the methods here are one-off calls through it.
+    """
 
     def __init__(self, pluginmanager: pluggy.PluginManager) -> None:
         self.pluginmanager = pluginmanager
@@ -58,127 +259,61 @@ class HostHooks:
         self._plain_exec = getattr(pluginmanager, "_inner_hookexec", None)
         if not _is_pluggys_own_call(self._plain_exec):
             self._plain_exec = None  # already monitored: always go through pluggy
-        self._plans: dict[str, tuple[list[Any], Any]] = {}  # hook name -> (its implementations, what was made of them)
+        self._made: tuple[list[Any], HookCalls] | None = None  # (every hook's implementations, what was made of them)
 
-    def _plan(self, name: str) -> list[Impl] | None:
-        """The hook's implementations in calling order, or None when pluggy must make the call."""
-        if self._plain_exec is None or getattr(self.pluginmanager, "_inner_hookexec", None) is not self._plain_exec:
-            return None  # call monitoring or tracing was switched on: it must see every call
-        impls = getattr(self._hook, name).get_hookimpls()
-        cached = self._plans.get(name)
-        if cached is not None and cached[0] == impls:
-            known: list[Impl] | None = cached[1]
-            return known
-        wrapped = any(impl.hookwrapper or impl.wrapper for impl in impls)
-        plan = None if wrapped else [(impl.function, impl.argnames) for impl in reversed(impls)]
-        self._plans[name] = (impls, plan)
-        return plan
+    def calls(self) -> HookCalls:
+        """The hooks as they stand now: remade when a plugin came or went, or call monitoring changed."""
+        impls = [getattr(self._hook, name).get_hookimpls() for name in SPEC_ARGS]
+        impls.append([self._monitored()])
+        if self._made is None or self._made[0] != impls:
+            self._made = (impls, self._make(impls[:-1]))
+        return self._made[1]
 
-    def _call_first(self, hook: str, /, **kwargs: Any) -> Any:
-        """A ``firstresult`` hook: the first answer that is not None, as pluggy gives it."""
-        plan = self._plan(hook)
-        if plan is None:
-            return getattr(self._hook, hook)(**kwargs)
-        for function, argnames in plan:
-            answer = function(*[kwargs[arg] for arg in argnames])
-            if answer is not None:
-                return answer
-        return None
+    def _monitored(self) -> bool:
+        return self._plain_exec is None or getattr(self.pluginmanager, "_inner_hookexec", None) is not self._plain_exec
 
-    def _call_all(self, hook: str, /, **kwargs: Any) -> list[Any]:
-        """Every implementation's answer that is not None, in pluggy's order; a raise stops the rest, as in pluggy."""
-        plan = self._plan(hook)
-        if plan is None:
-            return list(getattr(self._hook, hook)(**kwargs))
-        answers = []
-        for function, argnames in plan:
-            answer = function(*[kwargs[arg] for arg in argnames])
-            if answer is not None:
-                answers.append(answer)
-        return answers
+    def _make(self, impls: list[list[Any]]) -> HookCalls:
+        monitored = self._monitored()  # call monitoring or tracing must see every call: pluggy makes them all
+        plans: dict[str, tuple[Impl, ...] | None] = {}
+        for (name, spec_args), hook_impls in zip(SPEC_ARGS.items(), impls, strict=True):
+            plain = [impl for impl in reversed(hook_impls) if not (impl.hookwrapper or impl.wrapper)]
+            if name in OBSERVERS:  # each observer is told on its own, so wrappers have nothing to wrap
+                plans[name] = tuple(_as_impl(impl, spec_args) for impl in plain)
+            elif monitored or len(plain) != len(hook_impls):
+                plans[name] = None
+            else:
+                plans[name] = tuple(_as_impl(impl, spec_args) for impl in plain)
+        return HookCalls(self.pluginmanager, plans)
 
     async def find_tool(self, name: str) -> ToolRef | None:
-        tool: ToolRef | None = await await_me_maybe(self._call_first("centralmcp_find_tool", name=name))
-        return tool  # whatever the host answered: read_one checks that it is a ToolRef
+        return await await_me_maybe(self.calls().find_tool(name))  # type: ignore[no-any-return]
 
     async def read_gate(self, tool: ToolRef) -> str | None:
-        """None allows; otherwise the first refusal. Fails closed on a raise or a missing gate."""
-        plan = self._plan("centralmcp_read_gate")
-        if not (plan if plan is not None else self._hook.centralmcp_read_gate.get_hookimpls()):
-            return NO_GATE
-        try:
-            answers = self._call_all("centralmcp_read_gate", tool=tool)
-        except Exception as exc:
-            return _gate_failed(tool, exc)
-        refusals = []
-        for answer in answers:  # await every answer, so no coroutine is left unawaited
-            try:
-                refusals.append(await await_me_maybe(answer))
-            except Exception as exc:
-                refusals.append(_gate_failed(tool, exc))
-        for refusal in refusals:
-            if refusal is not None:
-                return refusal if isinstance(refusal, str) else f"refused by the read gate ({type(refusal).__name__})"
-        return None
+        return await await_me_maybe(self.calls().read_gate(tool))  # type: ignore[no-any-return]
 
     async def resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
-        """The resume state for ``cursor``; raises InvalidCursor when the host refuses it."""
-        if not self._hook.centralmcp_resume_cursor.get_hookimpls():
-            raise InvalidCursor(NO_CURSORS)
-        answer = self._call_first("centralmcp_resume_cursor", tool=tool, arguments=arguments, cursor=cursor)
-        return await await_me_maybe(answer)
+        return await await_me_maybe(self.calls().resume_cursor(tool, arguments, cursor))
 
     async def acquire_rate_token(self, tool: ToolRef) -> None:
-        """Wait for every limiter once; a limiter that fails is logged and does not block."""
-        try:
-            waits = self._call_all("centralmcp_acquire_rate_token", tool=tool)
-        except Exception:
-            log.warning("centralmcp_acquire_rate_token raised for %r; proceeding", tool.name, exc_info=True)
-            return
-        for wait in waits:
+        for wait in self.calls().acquire_rate_token(tool):
             try:
-                await await_me_maybe(wait)
+                await wait
             except Exception:
-                log.warning("centralmcp_acquire_rate_token failed for %r; proceeding", tool.name, exc_info=True)
+                token_failed(tool)
 
     async def dispatch_read(
         self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
     ) -> Any:
-        answer = self._call_first(
-            "centralmcp_dispatch_read",
-            tool=tool,
-            arguments=arguments,
-            resume=resume,
-            max_bytes=max_bytes,
-            context=context,
-        )
-        return await await_me_maybe(answer)
+        return await await_me_maybe(self.calls().dispatch_read(tool, arguments, resume, max_bytes, context))
 
     async def batch_started(self, total: int) -> None:
-        await self._notify("centralmcp_batch_started", total=total)
+        await await_me_maybe(self.calls().batch_started(total))
 
     async def rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
-        await self._notify("centralmcp_rate_token_waited", tool=tool, seconds=seconds)
+        await await_me_maybe(self.calls().rate_token_waited(tool, seconds))
 
     async def batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
-        await self._notify("centralmcp_batch_item_completed", item=item, seconds=seconds)
+        await await_me_maybe(self.calls().batch_item_completed(item, seconds))
 
     async def batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
-        await self._notify("centralmcp_batch_completed", response=response, seconds=seconds)
-
-    async def _notify(self, name: str, **kwargs: Any) -> None:
-        """Observers, each on its own: one that fails is logged and the others still hear."""
-        for impl in self._observers(name):
-            try:
-                await await_me_maybe(impl.function(*[kwargs[arg] for arg in impl.argnames]))
-            except Exception:
-                log.warning("observer %s of plugin %r failed; ignored", name, impl.plugin_name, exc_info=True)
-
-    def _observers(self, name: str) -> list[Any]:
-        """The hook's plain implementations in pluggy's calling order, kept until the plugins change."""
-        impls = getattr(self._hook, name).get_hookimpls()
-        cached = self._plans.get(name)
-        if cached is None or cached[0] != impls:
-            cached = (impls, [impl for impl in reversed(impls) if not (impl.hookwrapper or impl.wrapper)])
-            self._plans[name] = cached
-        return cached[1]
+        await await_me_maybe(self.calls().batch_completed(response, seconds))

@@ -134,7 +134,8 @@ class BatchTelemetry:
 
     @hookimpl
     def centralmcp_batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
-        if self._skips():
+        slot = self._current.get()  # _skips() inlined: this is every entry's path, in every host
+        if (slot is not None and slot[0] is IDLE_BATCH) or self._skips():
             return
         status = str(item.get("status"))
         labels = {"centralmcp.status": status, **_tool_attributes(None, item.get("server"))}
@@ -189,7 +190,8 @@ class BatchTelemetry:
 
     @hookimpl
     def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
-        if self._skips():
+        slot = self._current.get()  # _skips() inlined, as above
+        if (slot is not None and slot[0] is IDLE_BATCH) or self._skips():
             return
         self.rate_wait.record(seconds, _tool_attributes(None, tool.server))
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from .engine import Guards, ValidCall, describe, must_propagate
+from .engine import Guards, ValidCall, call_timed_out, describe, must_propagate
 from .errors import InvalidCursor
-from .host import HostHooks
+from .host import HookCalls, is_awaitable, token_failed
 from .models import CallContext, Outcome, ToolRef
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ def unknown_tool_message(name: str) -> str:
 
 
 async def read_one(
-    hooks: HostHooks,
+    hooks: HookCalls,
     name: str,
     arguments: Mapping[str, Any],
     cursor: str | None,
@@ -39,25 +39,51 @@ async def read_one(
 
     Whatever else the hooks or the backend raise is contained here, in the task that called
     them: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of the event loop from
-    the task they escape, so catching them any further out would be too late.
+    the task they escape, so catching them any further out would be too late. Each hook's
+    answer is awaited only when it is awaitable (see ``HookCalls``).
     """
     tool: ToolRef | None = None
     try:
-        tool = await hooks.find_tool(name)
-        if tool is None:
-            return Outcome("unknown_tool", error=unknown_tool_message(name))
-        if not isinstance(tool, ToolRef):
-            return Outcome(
-                "error", error=f"TypeError: centralmcp_find_tool answered a {type(tool).__name__}, not a ToolRef"
-            )
-        refusal = await hooks.read_gate(tool)
+        found = hooks.find_tool(name)
+        if type(found) is not ToolRef:
+            found = await _awaited(found)
+            if found is None:
+                return Outcome("unknown_tool", error=unknown_tool_message(name))
+            if not isinstance(found, ToolRef):
+                return Outcome(
+                    "error", error=f"TypeError: centralmcp_find_tool answered a {type(found).__name__}, not a ToolRef"
+                )
+        tool = found
+        refusal = hooks.read_gate(tool)
+        if refusal is not None and not isinstance(refusal, str):
+            refusal = await refusal
         if refusal is not None:
             return Outcome("blocked", tool, error=refusal)
-        try:
-            resume = None if cursor is None else await hooks.resume_cursor(tool, arguments, cursor)
-        except InvalidCursor as exc:
-            return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
-        return await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
+        resume = None
+        if cursor is not None:
+            try:
+                resume = await _awaited(hooks.resume_cursor(tool, arguments, cursor))
+            except InvalidCursor as exc:
+                return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
+        async with guards.server_slot(tool):
+            waiting = time.perf_counter()
+            for wait in hooks.acquire_rate_token(tool):
+                try:
+                    await wait
+                except Exception:
+                    token_failed(tool)
+            if hooks.hears_tokens:
+                told = hooks.rate_token_waited(tool, time.perf_counter() - waiting)
+                if told is not None:
+                    await told
+            result = hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
+            try:
+                result = await guards.dispatch(result, tool) if is_awaitable(result) else guards.answered(result)
+            finally:
+                timed_out = guards.dispatch_ended()
+        if timed_out:
+            return Outcome("error", tool, error=call_timed_out(guards.call_timeout))
+        return classify(tool, result)
     except Exception as exc:
         return Outcome("error", tool, error=describe(exc))
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
@@ -67,23 +93,8 @@ async def read_one(
         return Outcome("error", tool, error=describe(exc))
 
 
-async def _call_backend(
-    hooks: HostHooks,
-    tool: ToolRef,
-    arguments: Mapping[str, Any],
-    resume: Any,
-    max_bytes: int,
-    context: CallContext,
-    guards: Guards,
-) -> Outcome:
-    async with guards.server_slot(tool):
-        waiting = time.perf_counter()
-        await hooks.acquire_rate_token(tool)
-        await hooks.rate_token_waited(tool, time.perf_counter() - waiting)
-        result, timed_out = await guards.dispatch(hooks.dispatch_read(tool, arguments, resume, max_bytes, context))
-    if timed_out:
-        return Outcome("error", tool, error=f"TimeoutError: the backend call timed out after {guards.call_timeout:g}s")
-    return classify(tool, result)
+async def _awaited(answer: Any) -> Any:
+    return (await answer) if is_awaitable(answer) else answer
 
 
 def classify(tool: ToolRef, result: Any) -> Outcome:
@@ -97,12 +108,12 @@ def classify(tool: ToolRef, result: Any) -> Outcome:
     return Outcome("ok", tool, result=result)
 
 
-def batch_reader(hooks: HostHooks, request: Any = None):  # type: ignore[no-untyped-def]
-    """The engine's Reader over the host hooks, for one batch request."""
+def batch_reader(hooks: HookCalls, request: Any = None):  # type: ignore[no-untyped-def]
+    """The engine's Reader over the host hooks (as this batch calls them), for one batch request."""
 
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    def read(call: ValidCall, max_bytes: int, guards: Guards) -> Awaitable[Outcome]:
         context = CallContext(index=call.index, call_id=call.id, in_batch=True, request=request)
-        return await read_one(
+        return read_one(
             hooks, call.name, call.arguments, call.cursor, max_bytes=max_bytes, context=context, guards=guards
         )
 

@@ -81,3 +81,12 @@ def test_the_last_resort_still_fits_with_the_longest_ids() -> None:
 def test_sizes_are_measured_as_compact_utf8() -> None:
     assert budget.size({"a": "é"}) == len('{"a":"é"}'.encode())
     assert budget.encode([1, 2]) == b"[1,2]"
+
+
+def test_a_response_one_byte_over_is_truly_shrunk_not_only_marked() -> None:
+    # "truncated":true is a byte shorter than "truncated":false: one byte over would fit by the mark alone.
+    whole = response(item(0, result="r" * 300), item(1, result="s" * 300))
+    over_by_one = budget.size(whole) - 1
+    fitted = budget.fit(whole, over_by_one)
+    assert budget.size(fitted) <= over_by_one and fitted["truncated"] is True
+    assert fitted["results"][1]["result_truncated"] is True and fitted["results"][0]["result"] == "r" * 300

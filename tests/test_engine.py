@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import anyio
@@ -495,3 +496,98 @@ async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert sorted(cancelled) == [0, 1]
+
+
+# -- the call time limit on the worker's scope (Guards.dispatch) ------------------------------
+
+
+def dispatching_reader(backend: Any) -> Any:
+    """A reader that sends ``backend(call)`` through ``guards.dispatch``, as the host pipeline does."""
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        try:
+            answer = await guards.dispatch(backend(call), TOOL)
+        finally:
+            late = guards.dispatch_ended()
+        if late:
+            return Outcome("error", TOOL, error=engine.call_timed_out(guards.call_timeout))
+        return Outcome("ok", TOOL, result=answer)
+
+    return read
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_call_past_its_limit_is_cancelled_and_its_worker_runs_the_rest(concurrency: int) -> None:
+    cancelled: list[int] = []
+
+    async def backend(call: ValidCall) -> int:
+        try:
+            await anyio.sleep(30 if call.name == "hang" else 0.001)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(call.index)
+            raise
+        return call.index
+
+    calls = [{"name": "hang"}, {"name": "quick"}, {"name": "hang"}, {"name": "quick"}, {"name": "quick"}]
+    with anyio.fail_after(10):
+        response = await run(calls, dispatching_reader(backend), concurrency=concurrency, call_timeout=0.05)
+    statuses = [item["status"] for item in response["results"]]
+    assert statuses == ["error", "ok", "error", "ok", "ok"]
+    assert response["results"][0]["error"] == "TimeoutError: the backend call timed out after 0.05s"
+    assert response["results"][0]["server"] == "srv"  # the worker answers it with the tool it was calling
+    assert sorted(cancelled) == [0, 2]
+
+
+async def test_an_answer_that_came_after_the_limit_is_timed_out_and_the_next_call_is_not() -> None:
+    async def swallows(call: ValidCall) -> str:
+        if call.name != "stubborn":
+            await anyio.sleep(0.01)  # waits, so it runs under an armed deadline of its own
+            return "fine"
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            return "too late"  # a backend that swallows its cancellation and answers anyway
+        return "never"
+
+    with anyio.fail_after(10):
+        response = await run(
+            [{"name": "stubborn"}, {"name": "next"}], dispatching_reader(swallows), concurrency=1, call_timeout=0.05
+        )
+    first, second = response["results"]
+    assert first["status"] == "error" and "timed out after 0.05s" in first["error"]
+    assert second["status"] == "ok" and second["result"] == "fine"
+
+
+async def test_a_single_worker_stops_at_the_batch_limit_sooner_than_the_call_limit() -> None:
+    async def backend(call: ValidCall) -> int:
+        await anyio.sleep(30 if call.name == "hang" else 0)
+        return call.index
+
+    with anyio.fail_after(10):
+        response = await run(
+            [{"name": "quick"}, {"name": "hang"}, {"name": "quick"}],
+            dispatching_reader(backend),
+            concurrency=1,
+            call_timeout=20,
+            batch_timeout=0.1,
+        )
+    errors = [item.get("error") for item in response["results"]]
+    assert errors[0] is None
+    assert errors[1] == "TimeoutError: cancelled while running: the batch time limit of 0.1s passed"
+    assert errors[2] == "TimeoutError: not dispatched: the batch time limit of 0.1s passed first"
+
+
+async def test_a_call_that_never_waits_arms_no_deadline() -> None:
+    scopes: list[float] = []
+
+    async def instant(call: ValidCall) -> int:
+        return call.index
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        outcome: Outcome = await dispatching_reader(instant)(call, max_bytes, guards)
+        assert guards.scope is not None
+        scopes.append(guards.scope.deadline)
+        return outcome
+
+    response = await run([{"name": "a"}] * 3, read, concurrency=4)
+    assert response["ok"] is True and scopes == [math.inf] * 3

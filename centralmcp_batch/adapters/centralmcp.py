@@ -97,7 +97,7 @@ class CentralMCPHooks:
                 "tool": tool.name,
                 "status": "unknown_tool",
             }
-        args = self.router._strip_null_arguments(dict(arguments))
+        args = self.router._strip_null_arguments(arguments)  # a new dict: what the backend is given
         try:  # the router's Context goes through, as invoke_read_tool forwards it
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
@@ -115,8 +115,8 @@ class CentralMCPRateGate:
         self.router = router
 
     @hookimpl
-    async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
-        await self.router._await_dispatch_rate_gate()
+    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> Awaitable[None]:
+        return self.router._await_dispatch_rate_gate()  # type: ignore[no-any-return] # the router's own coroutine
 
 
 class SharedRateGate:

@@ -206,7 +206,7 @@ class Router:
         context = CallContext(index=None, call_id=None, in_batch=False, request=request)
         guards = Guards(BatchSettings.from_env().call_timeout)
         outcome = await pipeline.read_one(
-            self.hooks, name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards
+            self.hooks.calls(), name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards
         )
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result

@@ -9,6 +9,7 @@ an item and a status per call, the batch's byte budget). Written here; none of C
 is copied.
 """
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -267,6 +268,35 @@ async def _await_dispatch_rate_gate() -> None:
         await gate()
     except Exception:  # a broken gate must never block dispatch outright
         log.warning("dispatch rate gate failed; proceeding", exc_info=True)
+
+
+class RouterRateBucket:
+    """The router's own per-process token bucket, whose ``acquire`` its start-up installs as the
+    dispatch rate gate (8 calls a second there, with a burst of ``max(2, rate)``)."""
+
+    def __init__(self, rate: float = 8.0) -> None:
+        self.rate, self.burst = rate, max(2.0, float(int(rate)))
+        self._tokens, self._refilled = self.burst, time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        while True:
+            async with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.rate)
+                self._refilled = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                short = (1.0 - self._tokens) / self.rate
+            await asyncio.sleep(short)
+
+
+def install_router_rate_gate(rate: float = 8.0) -> RouterRateBucket:
+    """What the router's ``__main__`` block does for its rate limit: one bucket, drawn per backend call."""
+    bucket = RouterRateBucket(rate)
+    set_dispatch_rate_gate(bucket.acquire)
+    return bucket
 
 
 # -- dispatch and the router's tools ----------------------------------------------------
