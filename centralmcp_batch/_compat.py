@@ -198,18 +198,40 @@ def progress_may_be_heard(ctx: Any) -> bool:
 
     A request that carries a progress token is heard. Without one, 1.x and a 2.x request of the
     legacy era send nothing (2.x's dispatcher drops it after the SDK's own calls, a few us an
-    entry), so the batch skips progress. A 2.x request of the 2026-07-28 era may come from an
-    in-process client whose callback its ``_meta`` does not show: that one is always told.
+    entry), so the batch skips progress. On 2.x the request's dispatch context says it outright
+    (see ``_outbound_hears``), which also covers the 2026-07-28 era, whose in-process callback
+    its ``_meta`` does not show; a 2.x request whose context cannot tell is always told.
     """
     try:
         meta = ctx.request_context.meta
     except Exception:  # no request context to read: tell, as before
         return True
+    if SDK_2:
+        heard = _outbound_hears(ctx)
+        if heard is not None:
+            return heard
     if meta is None:
         return False
     if _meta_field(meta, "progress_token", "progressToken") is not None:
         return True
     return SDK_2 and _meta_field(meta, MODERN_META_KEY) is not None
+
+
+# Where SDK 2.x's dispatch contexts keep what a progress report goes to: the in-process
+# dispatcher's callback, the JSON-RPC dispatcher's token, the 2026-07-28 HTTP exchange's token.
+# Each drops a report when its own is None.
+_PROGRESS_SINKS = ("_on_progress", "_progress_token", "progress_token")
+
+
+def _outbound_hears(ctx: Any) -> bool | None:
+    """Whether the request's dispatch context has somewhere to send progress; None when it does not say."""
+    outbound = getattr(getattr(ctx.request_context, "session", None), "_request_outbound", None)
+    for _ in range(4):  # a modern-era request's context wraps the dispatcher's own (its _inner)
+        for name in _PROGRESS_SINKS:
+            if hasattr(outbound, name):
+                return getattr(outbound, name) is not None
+        outbound = getattr(outbound, "_inner", None)
+    return None
 
 
 def _meta_field(meta: Any, *names: str) -> Any:

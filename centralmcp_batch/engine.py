@@ -82,6 +82,19 @@ class Guards:
     Outside a worker (a single read) the call gets a scope of its own.
     """
 
+    __slots__ = (
+        "_armed",
+        "_caps",
+        "_late",
+        "_started",
+        "call_timeout",
+        "calling",
+        "dispatched",
+        "resting",
+        "scope",
+        "tool",
+    )
+
     def __init__(self, call_timeout: float, server_caps: dict[Any, anyio.Semaphore] | None = None) -> None:
         self.call_timeout = call_timeout
         self.dispatched = False
@@ -98,6 +111,10 @@ class Guards:
         # Plain context managers, not generator-based ones: this is on every entry's path.
         cap = self._cap_for(tool)
         return nullcontext() if cap is None else cap
+
+    def server_cap(self, tool: ToolRef) -> anyio.Semaphore | None:
+        """The semaphore capping calls to ``tool``'s server, or None when it has no cap of its own."""
+        return self._cap_for(tool)
 
     def dispatching(self) -> anyio.CancelScope:
         """Mark the entry as sent to its backend; enter the scope returned to bound that call by the call timeout."""
@@ -611,7 +628,9 @@ class _Run:
                     raise
                 log.error("batch reader raised for entry %d", call.index, exc_info=exc)
                 outcome = Outcome("error", error=describe(exc))
-        await self.finish_call(call, outcome, started)
+        server = outcome.tool.server if outcome.tool else None
+        item = make_item(call.index, call.id, call.name, server, outcome)
+        await self.finish(call.index, item, time.perf_counter() - started)
 
     async def finish_call(self, call: ValidCall, outcome: Outcome, started: float) -> None:
         server = outcome.tool.server if outcome.tool else None

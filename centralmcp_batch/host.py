@@ -118,6 +118,10 @@ class HookCalls:
             "centralmcp_dispatch_read"
         )
         self._resume = self._first_caller("centralmcp_resume_cursor")
+        # Where a hook has one plain implementation taking every argument (the common host), it is
+        # called as it is: the general path's list and loop were a tenth of an entry's own cost.
+        self._sole_gate = _sole(plans["centralmcp_read_gate"])
+        self._sole_token = _sole(plans["centralmcp_acquire_rate_token"])
 
     def _first_caller(self, hook: str) -> Callable[..., Any]:
         """A ``firstresult`` hook as one callable: the first answer that is not None, as pluggy gives it."""
@@ -156,11 +160,18 @@ class HookCalls:
         if not self.has_gate:
             return NO_GATE
         try:
-            answers = self._all("centralmcp_read_gate", (tool,))
+            if self._sole_gate is not None:
+                answer = self._sole_gate(tool)
+                if answer is None or type(answer) is str:
+                    return answer
+                answers = [answer]
+            else:
+                answers = self._all("centralmcp_read_gate", (tool,))
         except Exception as exc:
             return _gate_failed(tool, exc)
-        if any(is_awaitable(answer) for answer in answers):
-            return _gate_awaiting(tool, answers)
+        for answer in answers:
+            if is_awaitable(answer):
+                return _gate_awaiting(tool, answers)
         return _first_refusal(answers)
 
     def resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
@@ -175,6 +186,9 @@ class HookCalls:
         A limiter that raises when called is logged here and asked no further, as in pluggy.
         """
         try:
+            if self._sole_token is not None:
+                wait = self._sole_token(tool)
+                return [wait] if wait is not None and is_awaitable(wait) else []
             waits = self._all("centralmcp_acquire_rate_token", (tool,))
         except Exception:
             token_failed(tool)
@@ -196,6 +210,13 @@ class HookCalls:
     def _notify(self, hook: str, args: tuple[Any, ...]) -> Awaitable[None] | None:
         """Tell each observer in turn; from the first that answers an awaitable on, the rest in a coroutine."""
         impls = self._plans[hook] or ()
+        if len(impls) == 1 and impls[0][1] is None:  # one observer (the common host): no loop
+            try:
+                answer = impls[0][0](*args)
+            except Exception:
+                _observer_failed(hook, impls[0])
+                return None
+            return _notify_rest(hook, args, impls[0], answer, ()) if is_awaitable(answer) else None
         for position, impl in enumerate(impls):
             try:
                 answer = _call(impl, args)
@@ -205,6 +226,11 @@ class HookCalls:
             if is_awaitable(answer):
                 return _notify_rest(hook, args, impl, answer, impls[position + 1 :])
         return None
+
+
+def _sole(impls: tuple[Impl, ...] | None) -> Callable[..., Any] | None:
+    """The implementation itself, when it is the hook's only one and takes every argument in order."""
+    return impls[0][0] if impls is not None and len(impls) == 1 and impls[0][1] is None else None
 
 
 def _first_refusal(answers: Sequence[Any]) -> str | None:

@@ -65,22 +65,12 @@ async def read_one(
                 resume = await _awaited(hooks.resume_cursor(tool, arguments, cursor))
             except InvalidCursor as exc:
                 return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
-        async with guards.server_slot(tool):
-            waiting = time.perf_counter()
-            for wait in hooks.acquire_rate_token(tool):
-                try:
-                    await wait
-                except Exception:
-                    token_failed(tool)
-            if hooks.hears_tokens:
-                told = hooks.rate_token_waited(tool, time.perf_counter() - waiting)
-                if told is not None:
-                    await told
-            result = hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
-            try:
-                result = await guards.dispatch(result, tool) if is_awaitable(result) else guards.answered(result)
-            finally:
-                timed_out = guards.dispatch_ended()
+        cap = guards.server_cap(tool)
+        if cap is None:
+            result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
+        else:
+            async with cap:
+                result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
         if timed_out:
             return Outcome("error", tool, error=call_timed_out(guards.call_timeout))
         return classify(tool, result)
@@ -91,6 +81,34 @@ async def read_one(
             raise
         log.error("reading %r raised %s; only that call fails", name, type(exc).__name__, exc_info=exc)
         return Outcome("error", tool, error=describe(exc))
+
+
+async def _call_backend(
+    hooks: HookCalls,
+    tool: ToolRef,
+    arguments: Mapping[str, Any],
+    resume: Any,
+    max_bytes: int,
+    context: CallContext,
+    guards: Guards,
+) -> tuple[Any, bool]:
+    """One rate token, then the dispatch under the call time limit: ``(its answer, timed out)``."""
+    waiting = time.perf_counter()
+    for wait in hooks.acquire_rate_token(tool):
+        try:
+            await wait
+        except Exception:
+            token_failed(tool)
+    if hooks.hears_tokens:
+        told = hooks.rate_token_waited(tool, time.perf_counter() - waiting)
+        if told is not None:
+            await told
+    result = hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
+    try:
+        result = await guards.dispatch(result, tool) if is_awaitable(result) else guards.answered(result)
+    finally:
+        timed_out = guards.dispatch_ended()
+    return result, timed_out
 
 
 async def _awaited(answer: Any) -> Any:

@@ -160,6 +160,29 @@ async def test_an_in_process_client_of_the_modern_era_still_hears_every_entry() 
     assert seen == [1, 2, 3]
 
 
+@pytest.mark.skipif(not _compat.SDK_2, reason="SDK 2.x's dispatch contexts")
+async def test_a_modern_client_without_a_callback_is_not_told() -> None:
+    # Its dispatch context has no callback, so each report would be dropped: the batch does not make them.
+    from mcp.client.client import Client
+
+    server = _compat.new_server("modern-probe")
+    heard: list[bool] = []
+
+    async def probe(ctx: _compat.Context) -> dict[str, Any]:
+        heard.append(_compat.progress_may_be_heard(ctx))
+        return {"ok": True}
+
+    _compat.add_tool(server, probe, name="probe", description="", annotations={"readOnlyHint": True})
+
+    async def ignore(progress: float, total: Any, message: Any) -> None:
+        return None
+
+    async with Client(server) as client:
+        await client.call_tool("probe", {})
+        await client.call_tool("probe", {}, progress_callback=ignore)
+    assert heard == [False, True]
+
+
 async def test_settings_are_read_per_call(centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = [{"name": "echo", "arguments": {"blob": "b" * 3000}} for _ in range(3)]
     roomy = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
