@@ -68,9 +68,10 @@ Entry = ValidCall | InvalidCall
 class Guards:
     """What the engine lends one entry's read: the per-server cap and the call time limit.
 
-    The reader enters ``server_slot(tool)`` around the rate token and the dispatch, sends the
-    backend call through ``dispatch`` and then asks ``dispatch_ended``, so the engine knows
-    whether an entry reached its backend when the batch deadline passes.
+    The reader holds the tool's server cap (``server_cap``, or ``server_slot`` as a context
+    manager) around the rate token and the dispatch, sends the backend call through ``dispatch``
+    and then asks ``dispatch_ended``, so the engine knows whether an entry reached its backend
+    when the batch deadline passes.
 
     What costs in a call time limit is a cancel scope per call (entering and leaving one was a
     sixth of a zero-latency entry's cost) and arming its timer. So a batch's worker lends each

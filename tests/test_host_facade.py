@@ -102,3 +102,35 @@ async def test_call_monitoring_switched_on_later_sees_every_call() -> None:
     assert called == ["centralmcp_find_tool", "centralmcp_read_gate"]
     undo()
     assert await hooks.find_tool("get_x") == TOOL and len(called) == 2
+
+
+async def test_a_gate_that_is_only_a_wrapper_refuses_every_read() -> None:
+    class WrapperOnly:
+        @hookimpl(wrapper=True)
+        def centralmcp_read_gate(self, tool: ToolRef):  # type: ignore[no-untyped-def]
+            return (yield)
+
+    hooks = hooks_over(Catalog(TOOL, [], "host"), WrapperOnly())
+    assert await hooks.read_gate(TOOL) == NO_GATE  # it wraps nothing: no implementation answers
+
+
+async def test_a_batch_keeps_the_hooks_it_started_with() -> None:
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None))
+    calls = hooks.calls()
+    assert calls is hooks.calls()  # unchanged plugins: the same calls, nothing rebuilt
+    hooks.pluginmanager.register(Gate("refused late"))
+    assert calls.read_gate(TOOL) is None  # the batch that started before the plugin came keeps its hooks
+    assert await hooks.read_gate(TOOL) == "refused late"  # the next one hears it
+
+
+async def test_a_def_hook_answers_without_a_coroutine_and_an_async_one_is_awaited() -> None:
+    class AsyncCatalog:
+        @hookimpl
+        async def centralmcp_find_tool(self, name: str) -> ToolRef | None:
+            return TOOL
+
+    plain = hooks_over(Catalog(TOOL, [], "host"), Gate(None)).calls()
+    assert plain.find_tool("get_x") is TOOL  # the implementation itself: its answer as it is
+    awaited = hooks_over(AsyncCatalog(), Gate(None)).calls()
+    answer = awaited.find_tool("get_x")
+    assert answer is not TOOL and await answer == TOOL

@@ -122,8 +122,9 @@ async def test_progress_one_notification_per_entry(centralmcp_server: Any) -> No
     assert any("s4" in message for _, _, message in seen)
 
 
-async def test_progress_is_skipped_only_when_the_request_shows_nobody_can_hear_it() -> None:
-    server = _compat.new_server("progress-probe")
+def progress_probe(name: str) -> tuple[Any, list[bool]]:
+    """A server whose one tool records, per call, whether progress could be heard."""
+    server = _compat.new_server(name)
     heard: list[bool] = []
 
     async def probe(ctx: _compat.Context) -> dict[str, Any]:
@@ -131,13 +132,18 @@ async def test_progress_is_skipped_only_when_the_request_shows_nobody_can_hear_i
         return {"ok": True}
 
     _compat.add_tool(server, probe, name="probe", description="", annotations={"readOnlyHint": True})
+    return server, heard
 
-    async def ignore(progress: float, total: Any, message: Any) -> None:
-        return None
 
+async def ignore_progress(progress: float, total: Any, message: Any) -> None:
+    return None
+
+
+async def test_progress_is_skipped_only_when_the_request_shows_nobody_can_hear_it() -> None:
+    server, heard = progress_probe("progress-probe")
     async with _compat.connect(server) as client:  # real JSON-RPC over memory streams on both lines
         await client.call_tool("probe", {})
-        await client.call_tool("probe", {}, progress=ignore)
+        await client.call_tool("probe", {}, progress=ignore_progress)
     assert heard == [False, True]  # no token: nothing to send; a token: told
 
 
@@ -165,21 +171,10 @@ async def test_a_modern_client_without_a_callback_is_not_told() -> None:
     # Its dispatch context has no callback, so each report would be dropped: the batch does not make them.
     from mcp.client.client import Client
 
-    server = _compat.new_server("modern-probe")
-    heard: list[bool] = []
-
-    async def probe(ctx: _compat.Context) -> dict[str, Any]:
-        heard.append(_compat.progress_may_be_heard(ctx))
-        return {"ok": True}
-
-    _compat.add_tool(server, probe, name="probe", description="", annotations={"readOnlyHint": True})
-
-    async def ignore(progress: float, total: Any, message: Any) -> None:
-        return None
-
+    server, heard = progress_probe("modern-probe")
     async with Client(server) as client:
         await client.call_tool("probe", {})
-        await client.call_tool("probe", {}, progress_callback=ignore)
+        await client.call_tool("probe", {}, progress_callback=ignore_progress)
     assert heard == [False, True]
 
 
