@@ -559,14 +559,16 @@ class _Run:
             # 1's own cost. Only a cancellation can leave a worker, and it leaves a group the same way.
             await self.work_through(pending, anyio.current_time() + timeout)
         else:
-            with anyio.move_on_after(timeout):
-                try:
-                    async with anyio.create_task_group() as tasks:
-                        self.helpers_wanted = workers - 1
-                        self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending)
-                        await self.work_through(pending)
-                finally:  # the starter refers to this run: dropped, the run is freed without the cycle collector
-                    self.helpers_wanted, self.start_helper = 0, _no_helper
+            try:
+                async with anyio.create_task_group() as tasks:
+                    # The group's own scope carries the batch time limit: when it passes, the group
+                    # cancels every worker and swallows its own cancellation, as move_on_after would.
+                    tasks.cancel_scope.deadline = anyio.current_time() + timeout
+                    self.helpers_wanted = workers - 1
+                    self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending)
+                    await self.work_through(pending)
+            finally:  # the starter refers to this run: dropped, the run is freed without the cycle collector
+                self.helpers_wanted, self.start_helper = 0, _no_helper
         await self.report_deadline()
 
     def entry_waits(self) -> None:
