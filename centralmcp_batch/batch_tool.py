@@ -65,7 +65,7 @@ def _asks_for_progress(ctx: Any | None) -> bool:
 
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
-    calls_hooks = hooks.calls()  # the hooks as they stand as the batch starts, for every entry of it
+    calls_hooks = hooks.calls().for_batch()  # the hooks as they stand as the batch starts, for every entry of it
     reader = pipeline.batch_reader(calls_hooks, request=ctx)
     observer = _ToolObserver(calls_hooks, ctx)
     return await engine.run_batch(calls, reader, BatchSettings.from_env(), observer, frozenset({TOOL_NAME}))

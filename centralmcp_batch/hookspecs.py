@@ -106,6 +106,12 @@ def centralmcp_batch_started(total: int) -> MaybeAwaitable:
     seen by every ``centralmcp_batch_item_completed`` and the ``centralmcp_batch_completed`` of
     this batch (a tracer parents its entry spans this way). A rejected batch starts nothing.
 
+    An implementation may answer ``False`` to hear nothing more of this batch: its plugin's
+    ``centralmcp_rate_token_waited``, ``centralmcp_batch_item_completed`` and
+    ``centralmcp_batch_completed`` are then not called for it, which spares every entry the calls
+    (a tracer with nowhere to send spans, a sampler that skips this batch). Any other answer,
+    None included, keeps listening.
+
     :param total: how many entries the batch has, valid or not.
     """
 

@@ -42,6 +42,10 @@ SPEC_ARGS: dict[str, tuple[str, ...]] = {
     "centralmcp_batch_item_completed": ("item", "seconds"),
     "centralmcp_batch_completed": ("response", "seconds"),
 }
+# What an observer that answered False to centralmcp_batch_started no longer hears of that batch.
+_AFTER_START = frozenset(
+    {"centralmcp_rate_token_waited", "centralmcp_batch_item_completed", "centralmcp_batch_completed"}
+)
 OBSERVERS = frozenset(
     {
         "centralmcp_batch_started",
@@ -195,8 +199,54 @@ class HookCalls:
             return []
         return [wait for wait in waits if is_awaitable(wait)]
 
+    def for_batch(self) -> HookCalls:
+        """A copy for one batch, which ``batch_started`` may narrow to the observers still listening."""
+        copy = object.__new__(HookCalls)
+        copy.__dict__.update(self.__dict__)
+        return copy
+
     def batch_started(self, total: int) -> Awaitable[None] | None:
-        return self._notify("centralmcp_batch_started", (total,))
+        """Tell the observers; a plugin whose answer is ``False`` hears nothing more of this batch.
+
+        Only a copy made by ``for_batch`` may be narrowed: the calls a ``HostHooks`` keeps serve every batch.
+        """
+        impls = self._plans["centralmcp_batch_started"] or ()
+        quiet: list[str] = []
+        for position, impl in enumerate(impls):
+            try:
+                answer = _call(impl, (total,))
+            except Exception:
+                _observer_failed("centralmcp_batch_started", impl)
+                continue
+            if is_awaitable(answer):
+                return self._started_rest(total, impl, answer, impls[position + 1 :], quiet)
+            if answer is False:
+                quiet.append(impl[2])
+        self._silence(quiet)
+        return None
+
+    async def _started_rest(self, total: int, first: Impl, answer: Any, rest: Sequence[Impl], quiet: list[str]) -> None:
+        """From the first observer that answered an awaitable on: each in turn, its answer awaited."""
+        for impl in (first, *rest):
+            try:
+                said = answer if impl is first else _call(impl, (total,))
+                if is_awaitable(said):
+                    said = await said
+            except Exception:
+                _observer_failed("centralmcp_batch_started", impl)
+                said = None
+            if said is False:
+                quiet.append(impl[2])
+        self._silence(quiet)
+
+    def _silence(self, plugins: Sequence[str]) -> None:
+        if not plugins:
+            return
+        self._plans = {
+            name: impls if name not in _AFTER_START or impls is None else tuple(i for i in impls if i[2] not in plugins)
+            for name, impls in self._plans.items()
+        }
+        self.hears_tokens = bool(self._plans["centralmcp_rate_token_waited"])
 
     def rate_token_waited(self, tool: ToolRef, seconds: float) -> Awaitable[None] | None:
         return self._notify("centralmcp_rate_token_waited", (tool, seconds))
@@ -333,7 +383,7 @@ class HostHooks:
         return await await_me_maybe(self.calls().dispatch_read(tool, arguments, resume, max_bytes, context))
 
     async def batch_started(self, total: int) -> None:
-        await await_me_maybe(self.calls().batch_started(total))
+        await await_me_maybe(self.calls().for_batch().batch_started(total))
 
     async def rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
         await await_me_maybe(self.calls().rate_token_waited(tool, seconds))

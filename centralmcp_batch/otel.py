@@ -48,10 +48,6 @@ class _BatchTrace:
     parent: Any  # the Context whose current span is the batch span
 
 
-# A batch that began with no provider configured: its entries record nothing (see _nothing_configured).
-IDLE_BATCH = _BatchTrace(span=None, parent=None)
-
-
 def _tool_attributes(tool: str | None, server: str | None) -> dict[str, str]:
     # Attribute values cannot be None: an entry that never reached the catalog has no server.
     attributes = {}
@@ -118,24 +114,24 @@ class BatchTelemetry:
         return None if slot is None else slot[0]
 
     def _skips(self) -> bool:
-        """Whether an entry's points and span would go nowhere: its batch began with nothing
-        configured (asked once per batch, the question costs 2 us), or outside a batch, nothing is."""
-        batch = self._batch()
-        return batch is IDLE_BATCH or (batch is None and self._idle())
+        """Whether a call's points and span would go nowhere: outside a batch, nothing is configured.
+
+        Within a batch the question is asked once, as it starts (it costs 2 us): a batch that began
+        with nothing configured answers False there and hears nothing more (see the hookspec)."""
+        return self._batch() is None and self._idle()
 
     @hookimpl
-    def centralmcp_batch_started(self, total: int) -> None:
-        # Set in the batch's own task before its workers start, so every entry of this batch sees it.
+    def centralmcp_batch_started(self, total: int) -> bool | None:
         if self._idle():
-            self._current.set([IDLE_BATCH])
-            return
+            return False  # nothing would record it: no span, and no call per entry either
+        # Set in the batch's own task before its workers start, so every entry of this batch sees it.
         span = self.tracer.start_span(BATCH_SPAN, attributes={"centralmcp.batch.total": total})
         self._current.set([_BatchTrace(span, trace.set_span_in_context(span))])
+        return None
 
     @hookimpl
     def centralmcp_batch_item_completed(self, item: Mapping[str, Any], seconds: float) -> None:
-        slot = self._current.get()  # _skips() inlined: this is every entry's path, in every host
-        if (slot is not None and slot[0] is IDLE_BATCH) or self._skips():
+        if self._skips():
             return
         status = str(item.get("status"))
         labels = {"centralmcp.status": status, **_tool_attributes(None, item.get("server"))}
@@ -162,10 +158,6 @@ class BatchTelemetry:
     def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
         slot = self._current.get()
         batch = None if slot is None else slot[0]
-        if slot is not None and batch is IDLE_BATCH:
-            slot[0] = None
-            self._current.set(None)
-            return
         if batch is None and self._idle():
             return
         ok = bool(response.get("ok"))
@@ -190,8 +182,7 @@ class BatchTelemetry:
 
     @hookimpl
     def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
-        slot = self._current.get()  # _skips() inlined, as above
-        if (slot is not None and slot[0] is IDLE_BATCH) or self._skips():
+        if self._skips():
             return
         self.rate_wait.record(seconds, _tool_attributes(None, tool.server))
 

@@ -134,3 +134,57 @@ async def test_a_def_hook_answers_without_a_coroutine_and_an_async_one_is_awaite
     awaited = hooks_over(AsyncCatalog(), Gate(None)).calls()
     answer = awaited.find_tool("get_x")
     assert answer is not TOOL and await answer == TOOL
+
+
+class Listener:
+    """An observer that records what it hears, and may answer False as a batch starts."""
+
+    def __init__(self, answer: Any, heard: list[str], label: str) -> None:
+        self.answer, self.heard, self.label = answer, heard, label
+
+    @hookimpl
+    def centralmcp_batch_started(self, total: int) -> Any:
+        self.heard.append(f"{self.label}: started")
+        return self.answer
+
+    @hookimpl
+    def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
+        self.heard.append(f"{self.label}: token")
+
+    @hookimpl
+    def centralmcp_batch_item_completed(self, item: Any, seconds: float) -> None:
+        self.heard.append(f"{self.label}: item")
+
+    @hookimpl
+    def centralmcp_batch_completed(self, response: Any, seconds: float) -> None:
+        self.heard.append(f"{self.label}: completed")
+
+
+class AsyncQuiet(Listener):
+    @hookimpl
+    async def centralmcp_batch_started(self, total: int) -> Any:  # type: ignore[override]
+        self.heard.append(f"{self.label}: started")
+        return False
+
+
+@pytest.mark.parametrize("quiet_kind", [Listener, AsyncQuiet], ids=["def", "async def"])
+async def test_an_observer_that_answers_false_hears_nothing_more_of_that_batch(quiet_kind: type) -> None:
+    heard: list[str] = []
+    quiet = quiet_kind(False, heard, "quiet")
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), Listener(None, heard, "loud"), quiet)
+    batch = hooks.calls().for_batch()
+    told = batch.batch_started(2)
+    if told is not None:
+        await told
+    for told in (
+        batch.rate_token_waited(TOOL, 0.0),
+        batch.batch_item_completed({}, 0.0),
+        batch.batch_completed({}, 0.0),
+    ):
+        assert told is None
+    assert heard == ["quiet: started", "loud: started", "loud: token", "loud: item", "loud: completed"]
+    heard.clear()
+    next_batch = hooks.calls().for_batch()  # the next batch asks again, and the shared calls were not narrowed
+    assert next_batch.hears_tokens and hooks.calls().hears_tokens
+    next_batch.rate_token_waited(TOOL, 0.0)
+    assert sorted(heard) == ["loud: token", "quiet: token"]

@@ -330,6 +330,17 @@ def test_with_no_provider_configured_nothing_is_built_and_a_provider_set_later_i
     assert found["entries"] == 2  # the second batch's two entries, counted once the provider is set
 
 
+def test_with_nothing_configured_a_batch_opts_out_and_with_its_own_providers_it_listens() -> None:
+    if otel.UNSET_METER_PROVIDER is None:
+        pytest.skip("this opentelemetry-api names no unset meter provider: it always records")
+    idle = otel.BatchTelemetry()  # over the global providers, which the tests leave unset
+    assert idle.centralmcp_batch_started(3) is False  # hears nothing more of this batch: no call per entry
+    own = Telemetry()
+    assert own.plugin.centralmcp_batch_started(3) is None
+    own.plugin.centralmcp_batch_completed({"ok": True, "counts": {}}, 0.01)
+    assert [span.name for span in own.spans.get_finished_spans()] == [otel.BATCH_SPAN]
+
+
 def test_without_opentelemetry_the_module_imports_and_implements_nothing() -> None:
     # SDK 2.x itself depends on opentelemetry-api, so only the plugin's own import is cut off here.
     found = run_script(
