@@ -20,6 +20,7 @@ from types import CoroutineType
 from typing import Any, Protocol, cast
 
 import anyio
+import anyio.lowlevel
 
 from . import budget
 from .models import (
@@ -614,7 +615,7 @@ class _Run:
                 return
             if self.items[call.index] is None:  # its call time limit ended the call
                 outcome = Outcome("error", guards.tool, error=call_timed_out(guards.call_timeout))
-                await self.finish_call(call, outcome, started)
+                await self.finish(call.index, _item_of(call, outcome), time.perf_counter() - started)
 
     async def run_one(self, call: ValidCall, started: float) -> None:
         if call.name in self.self_names:
@@ -631,14 +632,12 @@ class _Run:
                     raise
                 log.error("batch reader raised for entry %d", call.index, exc_info=exc)
                 outcome = Outcome("error", error=describe(exc))
-        server = outcome.tool.server if outcome.tool else None
-        item = make_item(call.index, call.id, call.name, server, outcome)
-        await self.finish(call.index, item, time.perf_counter() - started)
-
-    async def finish_call(self, call: ValidCall, outcome: Outcome, started: float) -> None:
-        server = outcome.tool.server if outcome.tool else None
-        item = make_item(call.index, call.id, call.name, server, outcome)
-        await self.finish(call.index, item, time.perf_counter() - started)
+            if guards.scope is not None and guards.scope.cancel_called:
+                # A limit passed while the call ran, and its backend answered anyway (it swallowed the
+                # cancellation): the cancellation is raised here, so the worker answers the entry for
+                # whichever limit it was, the call's or the batch's, as it does a call that was cut off.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+        await self.finish(call.index, _item_of(call, outcome), time.perf_counter() - started)
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         try:
@@ -670,6 +669,10 @@ class _Run:
             else:
                 error = f"TimeoutError: not dispatched: the batch time limit of {limit:g}s passed first"
             await self.finish(index, make_item(index, call.id, call.name, None, Outcome("error", error=error)), 0.0)
+
+
+def _item_of(call: ValidCall, outcome: Outcome) -> dict[str, Any]:
+    return make_item(call.index, call.id, call.name, outcome.tool.server if outcome.tool else None, outcome)
 
 
 def _no_helper() -> None:

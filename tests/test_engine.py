@@ -591,3 +591,26 @@ async def test_a_call_that_never_waits_arms_no_deadline() -> None:
 
     response = await run([{"name": "a"}] * 3, read, concurrency=4)
     assert response["ok"] is True and scopes == [math.inf] * 3
+
+
+async def test_an_answer_that_came_after_the_batch_limit_is_reported_at_that_limit() -> None:
+    async def swallows(call: ValidCall) -> str:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            return "too late"  # swallowed: the batch limit, not the call's, cut it off
+        return "never"
+
+    with anyio.fail_after(10):
+        response = await run(
+            [{"name": "stubborn"}, {"name": "next"}],
+            dispatching_reader(swallows),
+            concurrency=1,
+            call_timeout=20,
+            batch_timeout=0.1,
+        )
+    errors = [item.get("error") for item in response["results"]]
+    assert errors == [
+        "TimeoutError: cancelled while running: the batch time limit of 0.1s passed",
+        "TimeoutError: not dispatched: the batch time limit of 0.1s passed first",
+    ]
