@@ -111,8 +111,6 @@ def fit(response: dict[str, Any], budget: int, sizes: list[int] | None = None) -
     ``sizes``, when given, are the encoded sizes of ``response["results"]``, so a caller that
     already encoded each item does not pay for it twice.
     """
-    if sizes is not None and size({**response, "results": []}) + sum(sizes) + max(0, len(sizes) - 1) <= budget:
-        return response  # the common answer: within the budget, nothing to keep track of
     sized = _Sized(response, sizes)
     if sized.total <= budget:
         return response

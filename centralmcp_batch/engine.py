@@ -111,12 +111,8 @@ class Guards:
 
     def server_slot(self, tool: ToolRef) -> AsyncContextManager[Any]:
         # Plain context managers, not generator-based ones: this is on every entry's path.
-        cap = self._cap_for(tool)
+        cap = self.server_cap(tool)
         return nullcontext() if cap is None else cap
-
-    def server_cap(self, tool: ToolRef) -> anyio.Semaphore | None:
-        """The semaphore capping calls to ``tool``'s server, or None when it has no cap of its own."""
-        return self._cap_for(tool)
 
     def dispatching(self) -> anyio.CancelScope:
         """Mark the entry as sent to its backend; enter the scope returned to bound that call by the call timeout."""
@@ -158,7 +154,8 @@ class Guards:
                 scope.deadline = self.resting
         return self._late
 
-    def _cap_for(self, tool: ToolRef) -> anyio.Semaphore | None:
+    def server_cap(self, tool: ToolRef) -> anyio.Semaphore | None:
+        """The semaphore capping calls to ``tool``'s server, or None when it has no cap of its own."""
         if not tool.concurrency or tool.concurrency < 1:
             return None
         key = (tool.server, tool.concurrency)
@@ -178,8 +175,8 @@ def _in_own_scope(call: Coroutine[Any, Any, Any], guards: Guards) -> Generator[A
         guards.scope = scope
         try:
             return (yield from _driven(call, guards, _no_helper))
-        finally:
-            guards.dispatch_ended()
+        finally:  # the scope goes with this call: whether it was cancelled is kept for dispatch_ended
+            guards._late = scope.cancel_called
             guards.scope = None
     guards._late = True  # only reached when the scope caught its own deadline
     return None
@@ -464,16 +461,18 @@ def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
 def _envelope_size(total: int, invalid: list[dict[str, Any]]) -> int:
     """The response's size without its ok items, as if every valid entry succeeds."""
     if not invalid:
-        return _all_valid_envelope_size(total)
-    envelope = assemble(invalid)
-    envelope["counts"] = {"total": total, "succeeded": total - len(invalid), "failed": len(invalid)}
-    return budget.size(envelope)
+        return _all_valid_envelope_size(total)  # the common batch: its size depends on the total alone
+    return _measure_envelope(total, invalid)
 
 
 @functools.lru_cache(maxsize=MAX_CALLS)
 def _all_valid_envelope_size(total: int) -> int:
-    envelope = assemble([])
-    envelope["counts"] = {"total": total, "succeeded": total, "failed": 0}
+    return _measure_envelope(total, [])
+
+
+def _measure_envelope(total: int, invalid: list[dict[str, Any]]) -> int:
+    envelope = assemble(invalid)
+    envelope["counts"] = {"total": total, "succeeded": total - len(invalid), "failed": len(invalid)}
     return budget.size(envelope)
 
 

@@ -46,14 +46,7 @@ SPEC_ARGS: dict[str, tuple[str, ...]] = {
 _AFTER_START = frozenset(
     {"centralmcp_rate_token_waited", "centralmcp_batch_item_completed", "centralmcp_batch_completed"}
 )
-OBSERVERS = frozenset(
-    {
-        "centralmcp_batch_started",
-        "centralmcp_rate_token_waited",
-        "centralmcp_batch_item_completed",
-        "centralmcp_batch_completed",
-    }
-)
+OBSERVERS = _AFTER_START | {"centralmcp_batch_started"}
 
 
 async def await_me_maybe(value: Any) -> Any:
@@ -210,40 +203,14 @@ class HookCalls:
 
         Only a copy made by ``for_batch`` may be narrowed: the calls a ``HostHooks`` keeps serve every batch.
         """
-        impls = self._plans["centralmcp_batch_started"] or ()
-        quiet: list[str] = []
-        for position, impl in enumerate(impls):
-            try:
-                answer = _call(impl, (total,))
-            except Exception:
-                _observer_failed("centralmcp_batch_started", impl)
-                continue
-            if is_awaitable(answer):
-                return self._started_rest(total, impl, answer, impls[position + 1 :], quiet)
-            if answer is False:
-                quiet.append(impl[2])
-        self._silence(quiet)
-        return None
+        return self._notify("centralmcp_batch_started", (total,), self._quiet_if_false)
 
-    async def _started_rest(self, total: int, first: Impl, answer: Any, rest: Sequence[Impl], quiet: list[str]) -> None:
-        """From the first observer that answered an awaitable on: each in turn, its answer awaited."""
-        for impl in (first, *rest):
-            try:
-                said = answer if impl is first else _call(impl, (total,))
-                if is_awaitable(said):
-                    said = await said
-            except Exception:
-                _observer_failed("centralmcp_batch_started", impl)
-                said = None
-            if said is False:
-                quiet.append(impl[2])
-        self._silence(quiet)
-
-    def _silence(self, plugins: Sequence[str]) -> None:
-        if not plugins:
+    def _quiet_if_false(self, impl: Impl, answer: Any) -> None:
+        if answer is not False:
             return
+        plugin = impl[2]
         self._plans = {
-            name: impls if name not in _AFTER_START or impls is None else tuple(i for i in impls if i[2] not in plugins)
+            name: tuple(i for i in impls if i[2] != plugin) if name in _AFTER_START and impls else impls
             for name, impls in self._plans.items()
         }
         self.hears_tokens = bool(self._plans["centralmcp_rate_token_waited"])
@@ -257,16 +224,12 @@ class HookCalls:
     def batch_completed(self, response: Mapping[str, Any], seconds: float) -> Awaitable[None] | None:
         return self._notify("centralmcp_batch_completed", (response, seconds))
 
-    def _notify(self, hook: str, args: tuple[Any, ...]) -> Awaitable[None] | None:
-        """Tell each observer in turn; from the first that answers an awaitable on, the rest in a coroutine."""
+    def _notify(
+        self, hook: str, args: tuple[Any, ...], heard: Callable[[Impl, Any], None] | None = None
+    ) -> Awaitable[None] | None:
+        """Tell each observer in turn, handing each answer to ``heard``; from the first that answers
+        an awaitable on, the rest in a coroutine."""
         impls = self._plans[hook] or ()
-        if len(impls) == 1 and impls[0][1] is None:  # one observer (the common host): no loop
-            try:
-                answer = impls[0][0](*args)
-            except Exception:
-                _observer_failed(hook, impls[0])
-                return None
-            return _notify_rest(hook, args, impls[0], answer, ()) if is_awaitable(answer) else None
         for position, impl in enumerate(impls):
             try:
                 answer = _call(impl, args)
@@ -274,7 +237,9 @@ class HookCalls:
                 _observer_failed(hook, impl)
                 continue
             if is_awaitable(answer):
-                return _notify_rest(hook, args, impl, answer, impls[position + 1 :])
+                return _notify_rest(hook, args, impl, answer, impls[position + 1 :], heard)
+            if heard is not None:
+                heard(impl, answer)
         return None
 
 
@@ -305,18 +270,25 @@ def token_failed(tool: ToolRef) -> None:
     log.warning("centralmcp_acquire_rate_token failed for %r; proceeding", tool.name, exc_info=True)
 
 
-async def _notify_rest(hook: str, args: tuple[Any, ...], impl: Impl, answer: Any, rest: Sequence[Impl]) -> None:
-    try:
-        await answer
-    except Exception:
-        _observer_failed(hook, impl)
-    for impl in rest:
+async def _notify_rest(
+    hook: str,
+    args: tuple[Any, ...],
+    impl: Impl,
+    answer: Any,
+    rest: Sequence[Impl],
+    heard: Callable[[Impl, Any], None] | None,
+) -> None:
+    """``_notify`` from the first observer that answered an awaitable (``answer``) on: each awaited in turn."""
+    for current in (impl, *rest):
         try:
-            answer = _call(impl, args)
-            if is_awaitable(answer):
-                await answer
+            said = answer if current is impl else _call(current, args)
+            if is_awaitable(said):
+                said = await said
         except Exception:
-            _observer_failed(hook, impl)
+            _observer_failed(hook, current)
+            continue
+        if heard is not None:
+            heard(current, said)
 
 
 def _observer_failed(hook: str, impl: Impl) -> None:

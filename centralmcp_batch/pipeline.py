@@ -13,7 +13,7 @@ from typing import Any
 
 from .engine import Guards, ValidCall, call_timed_out, describe, must_propagate
 from .errors import InvalidCursor
-from .host import HookCalls, is_awaitable, token_failed
+from .host import HookCalls, await_me_maybe, is_awaitable, token_failed
 from .models import CallContext, Outcome, ToolRef
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ async def read_one(
     try:
         found = hooks.find_tool(name)
         if type(found) is not ToolRef:
-            found = await _awaited(found)
+            found = await await_me_maybe(found)
             if found is None:
                 return Outcome("unknown_tool", error=unknown_tool_message(name))
             if not isinstance(found, ToolRef):
@@ -62,7 +62,7 @@ async def read_one(
         resume = None
         if cursor is not None:
             try:
-                resume = await _awaited(hooks.resume_cursor(tool, arguments, cursor))
+                resume = await await_me_maybe(hooks.resume_cursor(tool, arguments, cursor))
             except InvalidCursor as exc:
                 return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
         cap = guards.server_cap(tool)
@@ -109,10 +109,6 @@ async def _call_backend(
     finally:
         timed_out = guards.dispatch_ended()
     return result, timed_out
-
-
-async def _awaited(answer: Any) -> Any:
-    return (await answer) if is_awaitable(answer) else answer
 
 
 def classify(tool: ToolRef, result: Any) -> Outcome:
