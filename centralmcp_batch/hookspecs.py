@@ -60,7 +60,7 @@ def centralmcp_acquire_rate_token(tool: ToolRef) -> MaybeAwaitable:
     """Wait for the host's rate limiter: awaited exactly once per backend call.
 
     Called after every local rejection, just before dispatch. One that raises is logged
-    and the call proceeds.
+    and the call proceeds; every other limiter still gives its token.
 
     :param tool: the tool about to be called.
     """

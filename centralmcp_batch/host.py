@@ -5,7 +5,8 @@ a host may implement any hook with ``def`` or ``async def``.
 
 A batch calls four hooks per entry, so the facade calls plain implementations itself, in pluggy's
 order and with pluggy's result rules, while that is exactly what pluggy would do: no wrapper on
-the hook and no call monitoring or tracing on the manager. Anything else goes through pluggy.
+the hook, no argument with a default (pluggy releases differ on those) and no call monitoring or
+tracing on the manager. Anything else goes through pluggy.
 What to call is worked out in a :class:`HookCalls`, fixed when it is made: a batch makes one as
 it starts (a plugin registered while it runs is heard from the next batch on), and each
 ``HostHooks`` method uses one that is remade whenever the plugins change.
@@ -90,6 +91,20 @@ def _call(impl: Impl, args: tuple[Any, ...]) -> Any:
     return function(*args) if picks is None else function(*[args[i] for i in picks])
 
 
+def _through_pluggy_alone(pluginmanager: pluggy.PluginManager, hook: str, hookimpl: Any) -> Impl:
+    """One observer as pluggy calls it on its own: call monitoring and tracing see the call, and
+    its arguments with defaults get what the installed pluggy gives them."""
+    spec_args = SPEC_ARGS[hook]
+
+    def call(*args: Any) -> Any:
+        # pluggy's own execution of a list of implementations (what its hook callers run), with this one alone.
+        answers = pluginmanager._hookexec(hook, [hookimpl], dict(zip(spec_args, args, strict=True)), False)
+        assert isinstance(answers, list)  # not firstresult: the list of answers that are not None
+        return answers[0] if answers else None
+
+    return call, None, hookimpl.plugin_name
+
+
 class HookCalls:
     """The host's hooks as one batch (or one read) calls them: each hook's implementations, fixed when made.
 
@@ -107,8 +122,9 @@ class HookCalls:
         self._plans = plans
         gates = self._hook.centralmcp_read_gate.get_hookimpls()
         # A gate that is only a wrapper wraps nothing: no implementation answers, so none allows.
-        self.has_gate = any(not (impl.wrapper or impl.hookwrapper) for impl in gates)
-        self.has_cursors = bool(self._hook.centralmcp_resume_cursor.get_hookimpls())
+        self.has_gate = _has_plain(gates)
+        # Nor does a resume hook that is only a wrapper: pluggy's None would read from the start, not refuse.
+        self.has_cursors = _has_plain(self._hook.centralmcp_resume_cursor.get_hookimpls())
         self.hears_tokens = bool(plans["centralmcp_rate_token_waited"])
         self.find_tool: Callable[[str], Any] = self._first_caller("centralmcp_find_tool")
         self.dispatch_read: Callable[[ToolRef, Mapping[str, Any], Any, int, CallContext], Any] = self._first_caller(
@@ -180,17 +196,31 @@ class HookCalls:
     def acquire_rate_token(self, tool: ToolRef) -> list[Awaitable[Any]]:
         """What to await for one token of every limiter: each may fail, which is logged and does not block.
 
-        A limiter that raises when called is logged here and asked no further, as in pluggy.
+        A limiter that raises when called is logged here and the others are still asked; where
+        pluggy makes the call (a wrapper, call monitoring), its rule holds: a raise stops the rest.
         """
+        impls = self._plans["centralmcp_acquire_rate_token"]
         try:
             if self._sole_token is not None:
                 wait = self._sole_token(tool)
                 return [wait] if wait is not None and is_awaitable(wait) else []
-            waits = self._all("centralmcp_acquire_rate_token", (tool,))
+            if impls is None:  # pluggy makes the call, with its rule: a raise stops the rest
+                return [
+                    wait for wait in self._through_pluggy("centralmcp_acquire_rate_token", tool) if is_awaitable(wait)
+                ]
         except Exception:
             token_failed(tool)
             return []
-        return [wait for wait in waits if is_awaitable(wait)]
+        waits = []
+        for impl in impls:  # each on its own: one that raises costs no other limiter its token
+            try:
+                wait = _call(impl, (tool,))
+            except Exception:
+                token_failed(tool)
+                continue
+            if wait is not None and is_awaitable(wait):
+                waits.append(wait)
+        return waits
 
     def for_batch(self) -> HookCalls:
         """A copy for one batch, which ``batch_started`` may narrow to the observers still listening."""
@@ -241,6 +271,10 @@ class HookCalls:
             if heard is not None:
                 heard(impl, answer)
         return None
+
+
+def _has_plain(hookimpls: Sequence[Any]) -> bool:
+    return any(not (impl.wrapper or impl.hookwrapper) for impl in hookimpls)
 
 
 def _sole(impls: tuple[Impl, ...] | None) -> Callable[..., Any] | None:
@@ -326,8 +360,14 @@ class HostHooks:
         for (name, spec_args), hook_impls in zip(SPEC_ARGS.items(), impls, strict=True):
             plain = [impl for impl in reversed(hook_impls) if not (impl.hookwrapper or impl.wrapper)]
             if name in OBSERVERS:  # each observer is told on its own, so wrappers have nothing to wrap
-                plans[name] = tuple(_as_impl(impl, spec_args) for impl in plain)
-            elif monitored or len(plain) != len(hook_impls):
+                plans[name] = tuple(
+                    _through_pluggy_alone(self.pluginmanager, name, impl)
+                    if monitored or impl.kwargnames
+                    else _as_impl(impl, spec_args)
+                    for impl in plain
+                )
+            elif monitored or len(plain) != len(hook_impls) or any(impl.kwargnames for impl in plain):
+                # Also an argument with a default: what it is given depends on the pluggy release.
                 plans[name] = None
             else:
                 plans[name] = tuple(_as_impl(impl, spec_args) for impl in plain)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from centralmcp_batch import ToolRef, hosting
+from centralmcp_batch import InvalidCursor, ToolRef, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import NO_GATE, HostHooks
 
@@ -188,3 +188,75 @@ async def test_an_observer_that_answers_false_hears_nothing_more_of_that_batch(q
     assert next_batch.hears_tokens and hooks.calls().hears_tokens
     next_batch.rate_token_waited(TOOL, 0.0)
     assert sorted(heard) == ["loud: token", "quiet: token"]
+
+
+class DefaultedGate:
+    """A gate whose argument has a default: pluggy decides what it is given, so the facade lets it."""
+
+    @hookimpl
+    def centralmcp_read_gate(self, tool: ToolRef | None = None) -> str | None:
+        return None if tool is not None and tool.read_only else "refused: not read-only"
+
+
+async def test_an_implementation_with_a_defaulted_argument_gets_what_pluggy_gives_it() -> None:
+    writer = ToolRef("set_x", "srv", {"readOnlyHint": False})
+    hooks = hooks_over(Catalog(writer, [], "host"), DefaultedGate())
+    for tool in (writer, TOOL):
+        answers = hooks.pluginmanager.hook.centralmcp_read_gate(tool=tool)
+        assert await hooks.read_gate(tool) == (answers[0] if answers else None)
+    # whatever the pluggy release gives it, the write is never allowed
+    assert await hooks.read_gate(writer) == "refused: not read-only"
+
+    heard: list[float] = []
+
+    class DefaultedObserver:
+        @hookimpl
+        def centralmcp_batch_item_completed(self, item: Any, seconds: float = -1.0) -> None:
+            heard.append(seconds)
+
+    hooks.pluginmanager.register(DefaultedObserver())
+    hooks.pluginmanager.hook.centralmcp_batch_item_completed(item={}, seconds=0.5)
+    by_pluggy = heard.pop()
+    await hooks.batch_item_completed({}, 0.5)
+    assert heard == [by_pluggy]
+
+
+async def test_call_monitoring_sees_the_observers_too() -> None:
+    heard: list[str] = []
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), Listener(None, heard, "one"))
+    called: list[str] = []
+    hooks.pluginmanager.add_hookcall_monitoring(lambda name, impls, kwargs: called.append(name), lambda *a: None)
+    batch = hooks.calls().for_batch()
+    for told in (batch.batch_started(1), batch.batch_item_completed({}, 0.0), batch.batch_completed({}, 0.0)):
+        assert told is None
+    assert heard == ["one: started", "one: item", "one: completed"]
+    assert called == ["centralmcp_batch_started", "centralmcp_batch_item_completed", "centralmcp_batch_completed"]
+
+
+async def test_a_limiter_that_raises_costs_no_other_limiter_its_token() -> None:
+    drawn: list[str] = []
+
+    class Bucket:
+        @hookimpl
+        async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
+            drawn.append(tool.name)
+
+    class Broken:
+        @hookimpl(trylast=True)  # asked after the bucket, which has already handed over its coroutine
+        def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
+            raise RuntimeError("limiter down")
+
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), Bucket(), Broken())
+    await hooks.acquire_rate_token(TOOL)
+    assert drawn == ["get_x"]
+
+
+async def test_a_resume_hook_that_is_only_a_wrapper_refuses_every_cursor() -> None:
+    class WrapperOnly:
+        @hookimpl(wrapper=True)
+        def centralmcp_resume_cursor(self, tool: ToolRef):  # type: ignore[no-untyped-def]
+            return (yield)
+
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), WrapperOnly())
+    with pytest.raises(InvalidCursor):
+        await hooks.resume_cursor(TOOL, {}, "cursor@1")
