@@ -552,21 +552,23 @@ class _Run:
         workers = min(self.settings.concurrency, len(valid))
         timeout = self.settings.batch_timeout
         self.stop_at = time.monotonic() + timeout
+        deadline = anyio.current_time() + timeout
         if workers == 1:
             # One worker needs no task group, and no scope of its own for the batch time limit: the
             # batch's own task works through the entries, and its worker scope carries that limit
             # between calls. This spares a task, a group and a scope per batch: most of a batch of
             # 1's own cost. Only a cancellation can leave a worker, and it leaves a group the same way.
-            await self.work_through(pending, anyio.current_time() + timeout)
+            await self.work_through(pending, deadline)
         else:
             try:
                 async with anyio.create_task_group() as tasks:
-                    # The group's own scope carries the batch time limit: when it passes, the group
-                    # cancels every worker and swallows its own cancellation, as move_on_after would.
-                    tasks.cancel_scope.deadline = anyio.current_time() + timeout
+                    # Each worker's scope carries the batch time limit, so a worker tells a late answer
+                    # from its own scope as one worker does; the group's scope carries it too, for
+                    # whatever a worker awaits outside its scope.
+                    tasks.cancel_scope.deadline = deadline
                     self.helpers_wanted = workers - 1
-                    self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending)
-                    await self.work_through(pending)
+                    self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending, deadline)
+                    await self.work_through(pending, deadline)
             finally:  # the starter refers to this run: dropped, the run is freed without the cycle collector
                 self.helpers_wanted, self.start_helper = 0, _no_helper
         await self.report_deadline()
@@ -585,12 +587,12 @@ class _Run:
             except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
                 log.debug("no further batch worker could start", exc_info=True)
 
-    async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float = math.inf) -> None:
+    async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
         """Run entries from ``pending`` until none is left, each call under its time limit.
 
-        The worker lends its entries one cancel scope for their call time limits (see ``Guards``);
-        a worker with a ``batch_deadline`` (in ``anyio.current_time()``) keeps that deadline on
-        the scope between calls. When a call's limit passes, the scope has ended the call and the
+        The worker lends its entries one cancel scope for their call time limits (see ``Guards``)
+        and keeps the ``batch_deadline`` (in ``anyio.current_time()``) on that scope between
+        calls. When a call's limit passes, the scope has ended the call and the
         entry is answered here; the worker goes on with a fresh scope, since a cancelled one stays
         cancelled. When the batch's passes, the worker stops and ``report_deadline`` answers the rest.
         """
@@ -614,7 +616,10 @@ class _Run:
                 return
             if self.items[call.index] is None:  # its call time limit ended the call
                 outcome = Outcome("error", guards.tool, error=call_timed_out(guards.call_timeout))
-                await self.finish(call.index, _item_of(call, outcome), time.perf_counter() - started)
+                # Told within the batch time limit too: a progress report that never completes must
+                # not hold the batch past it (the item is kept before anyone is told).
+                with anyio.CancelScope(deadline=batch_deadline):
+                    await self.finish(call.index, _item_of(call, outcome), time.perf_counter() - started)
 
     async def run_one(self, call: ValidCall, started: float) -> None:
         if call.name in self.self_names:
