@@ -6,6 +6,7 @@ item it changed, so the cost is linear in the number of items and in their size.
 
 1. ok items, last first, drop their result: ``result: null, result_truncated: true``;
 2. error texts, last first, are cut to 80 characters with ``error_truncated: true``;
+   (in both, only where the marked item is smaller than the item as it was)
 3. the skeleton: every item becomes ``{index, id, status}`` with ``skeleton: true``; while
    still over, ok skeleton items and then failed ones are left out, last first (``omitted``
    counts them); as a last step ``failed_ids`` is cut from the end (``failed_ids_truncated``).
@@ -15,6 +16,7 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
+import threading
 from json.encoder import c_make_encoder  # type: ignore[attr-defined] # None where Python has no _json
 from json.encoder import encode_basestring as _encode_string  # what the encoder below does to a string
 from typing import Any
@@ -23,28 +25,36 @@ SHORT_ERROR_CHARS = 80
 
 
 # What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` builds on
-# every call, made once: every item and every entry's arguments are sized with it. The C encoder
-# itself is kept too (building one was half the cost of encoding an item); it checks no cycles,
-# so a cyclic value fails with RecursionError, which every caller takes as "not JSON".
+# every call, made once: every item and every entry's arguments are sized with it. Each thread keeps
+# a C encoder of its own (building one was half the cost of encoding an item), with the table of the
+# containers it is inside, so that a cyclic value fails as not JSON (ValueError) instead of recursing
+# until the interpreter's stack gives out, which a raised recursion limit turns into a crash.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_PER_THREAD = threading.local()
 
 
 def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_C_ENCODE = (
-    None
-    if c_make_encoder is None
-    else c_make_encoder(None, _not_json, _encode_string, None, ":", ",", False, False, False)
-)
+def _c_encoder() -> tuple[dict[int, Any], Any]:
+    markers: dict[int, Any] = {}
+    return markers, c_make_encoder(markers, _not_json, _encode_string, None, ":", ",", False, False, False)
 
 
 def dumps(value: Any) -> str:
     """The wire form as text, before UTF-8: compact JSON, no NaN or infinity."""
-    if _C_ENCODE is None:  # a Python without the _json accelerator
+    if c_make_encoder is None:  # a Python without the _json accelerator
         return _ENCODER.encode(value)
-    return "".join(_C_ENCODE(value, 0))
+    try:
+        markers, encode = _PER_THREAD.encoder
+    except AttributeError:
+        markers, encode = _PER_THREAD.encoder = _c_encoder()
+    try:
+        return "".join(encode(value, 0))
+    except BaseException:
+        markers.clear()  # a failed encoding leaves behind the containers it was inside
+        raise
 
 
 def encode(value: Any) -> bytes:
@@ -88,11 +98,18 @@ class _Sized:
         so a response one byte over would fit by saying it was shrunk without being so."""
         return self.shrunk and self.total <= budget
 
-    def replace(self, index: int, item: dict[str, Any]) -> None:
-        new = size(item)
+    def replace(self, index: int, item: dict[str, Any], new: int | None = None) -> None:
+        new = size(item) if new is None else new
         self.shrunk = True
         self._items_bytes += new - self.sizes[index]
         self.items[index], self.sizes[index] = item, new
+
+    def shrink(self, index: int, item: dict[str, Any]) -> None:
+        """Put ``item`` in place of the one at ``index`` if it is smaller: a marker that outweighs
+        what it stands for (a tiny result, an error a few characters over the cut) would only grow it."""
+        new = size(item)
+        if new < self.sizes[index]:
+            self.replace(index, item, new)
 
     def remove(self, index: int) -> None:
         self.shrunk = True
@@ -128,7 +145,7 @@ def _drop_results(sized: _Sized, budget: int) -> None:
             return
         item = sized.items[index]
         if item["status"] == "ok" and not item.get("result_truncated"):
-            sized.replace(index, {**_without(item, "result"), "result": None, "result_truncated": True})
+            sized.shrink(index, {**_without(item, "result"), "result": None, "result_truncated": True})
 
 
 def _shorten_errors(sized: _Sized, budget: int) -> None:
@@ -139,7 +156,7 @@ def _shorten_errors(sized: _Sized, budget: int) -> None:
         error = item.get("error")
         if isinstance(error, str) and len(error) > SHORT_ERROR_CHARS:
             short = {**_without(item, "error"), "error": error[:SHORT_ERROR_CHARS], "error_truncated": True}
-            sized.replace(index, short)
+            sized.shrink(index, short)
 
 
 def _skeleton(sized: _Sized, budget: int) -> None:

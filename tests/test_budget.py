@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
+
+import pytest
 
 from centralmcp_batch import budget, engine
 from centralmcp_batch.models import Outcome
@@ -90,3 +94,37 @@ def test_a_response_one_byte_over_is_truly_shrunk_not_only_marked() -> None:
     fitted = budget.fit(whole, over_by_one)
     assert budget.size(fitted) <= over_by_one and fitted["truncated"] is True
     assert fitted["results"][1]["result_truncated"] is True and fitted["results"][0]["result"] == "r" * 300
+
+
+def test_a_marker_that_would_outweigh_its_result_or_error_is_not_put_in() -> None:
+    # The tiny results last in call order would each grow by being dropped; the large one first shrinks.
+    tiny = [item(i, result={"i": i}) for i in range(1, 4)]
+    slightly_long = item(4, "error", error="E" * 85)  # cut to 80 with its marker: longer than it was
+    whole = response(item(0, result="r" * 300), *tiny, slightly_long)
+    limit = budget.size(whole) - 10
+    fitted = budget.fit(whole, limit)
+    assert budget.size(fitted) <= limit and "skeleton" not in fitted
+    assert fitted["results"][0]["result_truncated"] is True
+    assert [it["result"] for it in fitted["results"][1:4]] == [{"i": 1}, {"i": 2}, {"i": 3}]
+    assert fitted["results"][4]["error"] == "E" * 85 and "error_truncated" not in fitted["results"][4]
+
+
+def test_a_cyclic_value_is_not_json_even_with_a_raised_recursion_limit() -> None:
+    # Without cycle checks the C encoder recurses until the C stack gives out: a crash, not an exception.
+    script = (
+        "import sys; sys.setrecursionlimit(1_000_000)\n"
+        "from centralmcp_batch import budget\n"
+        "cycle = {}; cycle['self'] = cycle\n"
+        "try:\n    budget.size({'result': cycle})\nexcept ValueError as exc:\n    print('not JSON:', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("not JSON:"), (done.returncode, done.stderr[-500:])
+
+
+def test_a_failed_encoding_leaves_nothing_behind_for_the_next() -> None:
+    inner: list[Any] = [1]
+    outer: list[Any] = [inner, object()]
+    with pytest.raises(TypeError):
+        budget.dumps(outer)  # fails inside outer: the encoder was still in it
+    outer.pop()
+    assert budget.dumps(outer) == "[[1]]"  # not taken for a cycle
