@@ -199,11 +199,11 @@ class HookCalls:
         A limiter that raises when called is logged here and the others are still asked; where
         pluggy makes the call (a wrapper, call monitoring), its rule holds: a raise stops the rest.
         """
-        impls = self._plans["centralmcp_acquire_rate_token"]
         try:
             if self._sole_token is not None:
                 wait = self._sole_token(tool)
                 return [wait] if wait is not None and is_awaitable(wait) else []
+            impls = self._plans["centralmcp_acquire_rate_token"]
             if impls is None:  # pluggy makes the call, with its rule: a raise stops the rest
                 return [
                     wait for wait in self._through_pluggy("centralmcp_acquire_rate_token", tool) if is_awaitable(wait)
