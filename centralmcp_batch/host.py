@@ -197,7 +197,7 @@ class HookCalls:
         """What to await for one token of every limiter: each may fail, which is logged and does not block.
 
         A limiter that raises when called is logged here and the others are still asked; where
-        pluggy makes the call (a wrapper, call monitoring), its rule holds: a raise stops the rest.
+        pluggy makes the call (see ``HostHooks._make``), its rule holds: a raise stops the rest.
         """
         try:
             if self._sole_token is not None:
