@@ -91,10 +91,11 @@ def _call(impl: Impl, args: tuple[Any, ...]) -> Any:
     return function(*args) if picks is None else function(*[args[i] for i in picks])
 
 
-def _through_pluggy_alone(pluginmanager: pluggy.PluginManager, hook: str, hookimpl: Any) -> Impl:
+def _through_pluggy_alone(
+    pluginmanager: pluggy.PluginManager, hook: str, spec_args: Sequence[str], hookimpl: Any
+) -> Impl:
     """One observer as pluggy calls it on its own: call monitoring and tracing see the call, and
     its arguments with defaults get what the installed pluggy gives them."""
-    spec_args = SPEC_ARGS[hook]
 
     def call(*args: Any) -> Any:
         # pluggy's own execution of a list of implementations (what its hook callers run), with this one alone.
@@ -273,8 +274,13 @@ class HookCalls:
         return None
 
 
+def _is_plain(hookimpl: Any) -> bool:
+    """An implementation that answers: neither kind of wrapper."""
+    return not (hookimpl.wrapper or hookimpl.hookwrapper)
+
+
 def _has_plain(hookimpls: Sequence[Any]) -> bool:
-    return any(not (impl.wrapper or impl.hookwrapper) for impl in hookimpls)
+    return any(map(_is_plain, hookimpls))
 
 
 def _sole(impls: tuple[Impl, ...] | None) -> Callable[..., Any] | None:
@@ -358,10 +364,10 @@ class HostHooks:
         monitored = self._monitored()  # call monitoring or tracing must see every call: pluggy makes them all
         plans: dict[str, tuple[Impl, ...] | None] = {}
         for (name, spec_args), hook_impls in zip(SPEC_ARGS.items(), impls, strict=True):
-            plain = [impl for impl in reversed(hook_impls) if not (impl.hookwrapper or impl.wrapper)]
+            plain = [impl for impl in reversed(hook_impls) if _is_plain(impl)]
             if name in OBSERVERS:  # each observer is told on its own, so wrappers have nothing to wrap
                 plans[name] = tuple(
-                    _through_pluggy_alone(self.pluginmanager, name, impl)
+                    _through_pluggy_alone(self.pluginmanager, name, spec_args, impl)
                     if monitored or impl.kwargnames
                     else _as_impl(impl, spec_args)
                     for impl in plain
