@@ -26,6 +26,7 @@ from centralmcp_batch.ratelimit import (
     limiter_from_env,
     open_store,
 )
+from centralmcp_batch.ratelimit.errors import StoreUnavailable
 from centralmcp_batch.ratelimit.gcra import reserve
 
 pytestmark = pytest.mark.anyio
@@ -181,6 +182,35 @@ async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(
         await anyio.sleep(0.25)
         await limiter.acquire()
     assert not limiter.in_outage and len(outage_lines(caplog)) == 2
+
+
+async def test_a_new_file_whose_set_up_sqlite_answers_locked_at_once_is_set_up_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Processes creating one file at once can deadlock on its locks; SQLite then answers "locked" at
+    # once, without its busy wait (seen here: 1 process in 180 starting together on a fresh file).
+    store = SqliteStore(tmp_path / "rate.db", busy_seconds=5)
+    set_up, refused = store._set_up, []
+
+    def deadlocked_twice() -> sqlite3.Connection:
+        if len(refused) < 2:
+            refused.append("locked")
+            raise sqlite3.OperationalError("database is locked")
+        return set_up()
+
+    monkeypatch.setattr(store, "_set_up", deadlocked_twice)
+    assert await store.reserve("k", 1.0, 1) == 0.0 and refused == ["locked", "locked"]
+
+
+async def test_a_lock_held_past_the_busy_limit_still_fails_once_the_limit_is_spent(tmp_path: Path) -> None:
+    path = tmp_path / "rate.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # the file is new: its set-up waits on this lock, then gives up
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"locked by another process for over 0\.2 s"):
+        await SqliteStore(path, busy_seconds=0.2).reserve("k", 1.0, 1)
+    assert time.monotonic() - started < 3  # the busy limit once, not once per try
+    holder.execute("ROLLBACK")
 
 
 async def test_an_unwritable_sqlite_path_falls_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -40,10 +40,9 @@ PROCESSES = 3
 @pytest.fixture(params=["sqlite", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        # The file exists, as the user's cache file does after a router's first run. These tests are
-        # about sharing one rate. Several processes creating one file at once is another matter: a
-        # slow disk can then hold one of them past the 1 s busy limit, and by design it paces itself
-        # alone until its next try (seen twice in a row in CI runs, 1 process in 3).
+        # The file exists, as the user's cache file does after a router's first run: these tests are
+        # about sharing one rate. Several processes creating one file at once is another matter, tested
+        # in test_ratelimit (their set-ups can deadlock, and SQLite then answers "locked" at once).
         path = tmp_path / "rate.sqlite3"
         with contextlib.closing(sqlite3.connect(path)) as conn:
             conn.execute("PRAGMA journal_mode=WAL")

@@ -9,6 +9,7 @@ thread so a busy file never stalls the event loop.
 from __future__ import annotations
 
 import contextlib
+import random
 import sqlite3
 import threading
 import time
@@ -23,10 +24,15 @@ SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_buckets (key TEXT PRIMARY KEY, tat REA
 BUSY_SECONDS = 1.0  # a lock held longer than this is a fault, not contention
 
 
-def _what_is_wrong(exc: sqlite3.Error) -> str:
+def _is_locked(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
-    if "locked" in text or "busy" in text:
-        return f"locked by another process for over {BUSY_SECONDS:g} s"
+    return "locked" in text or "busy" in text
+
+
+def _what_is_wrong(exc: sqlite3.Error, busy_seconds: float) -> str:
+    text = str(exc).lower()
+    if _is_locked(exc):
+        return f"locked by another process for over {busy_seconds:g} s"
     if "not a database" in text or "malformed" in text:
         return "corrupt (not a SQLite database)"
     if "readonly" in text or "unable to open" in text or "read-only" in text:
@@ -52,22 +58,36 @@ class SqliteStore:
                 return self._transaction(self._connection(), key, interval, burst)
             except (sqlite3.Error, OSError) as exc:
                 self._drop_connection()  # reopen next time: the file may have been repaired or replaced
-                reason = _what_is_wrong(exc) if isinstance(exc, sqlite3.Error) else "unusable"
+                reason = _what_is_wrong(exc, self.busy_seconds) if isinstance(exc, sqlite3.Error) else "unusable"
                 raise StoreUnavailable(f"SQLite file {self.path} is {reason} ({type(exc).__name__}: {exc})") from exc
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.busy_seconds, isolation_level=None, check_same_thread=False)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")  # readers never wait; writers queue on the lock
-                conn.execute("PRAGMA synchronous=NORMAL")  # a bucket lost to a power cut costs one burst, no more
-                conn.execute(SCHEMA)
-            except sqlite3.Error:
-                conn.close()
-                raise
-            self._conn = conn
+            give_up = time.monotonic() + self.busy_seconds
+            while True:
+                try:
+                    self._conn = self._set_up()
+                    break
+                except sqlite3.Error as exc:
+                    # Processes setting up a new file at once can deadlock on its locks (each holds one the
+                    # other waits for), and SQLite then answers "locked" at once, without its busy wait:
+                    # the setup is tried again, within the same busy limit as a held lock.
+                    if not _is_locked(exc) or time.monotonic() >= give_up:
+                        raise
+                    time.sleep(random.uniform(0.005, 0.025))
         return self._conn
+
+    def _set_up(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_seconds, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # readers never wait; writers queue on the lock
+            conn.execute("PRAGMA synchronous=NORMAL")  # a bucket lost to a power cut costs one burst, no more
+            conn.execute(SCHEMA)
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     @staticmethod
     def _transaction(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> float:
