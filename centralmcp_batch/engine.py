@@ -42,6 +42,10 @@ MIN_SHARE = 1024
 # Room kept in each entry's share for its server's name, which is not known until the entry is
 # resolved: longer names can cost the last results their place in a response filled to the brim.
 SERVER_NAME_RESERVE = 64
+# How long an entry waits before the batch's other workers start. A backend that answers within
+# it (in memory, a worker thread, a cache) runs its entries one at a time, which costs least and
+# holds one raw answer at a time; a slower one gets the full concurrency this much late, once.
+RAMP_WAIT = 0.001
 
 
 # Plain slotted classes, not frozen ones: a frozen dataclass sets each field through
@@ -532,8 +536,11 @@ class _Run:
             getattr(type(observer), "progress", None) is not QuietObserver.progress
         )
         self.done = 0
-        self.helpers_wanted = 0  # workers still to start, each when an entry waits (see entry_waits)
+        self.helpers_wanted = 0  # workers still to start, once an entry has waited RAMP_WAIT (see ramp)
         self.start_helper: Callable[[], object] = _no_helper
+        self.start_ramp: Callable[[], object] = _no_helper
+        self.ramp_scope: anyio.CancelScope | None = None  # made when the first entry waits
+        self.wait_mark = (0, 0.0)  # (entries done, anyio.current_time()) when the latest entry began to wait
         self.stop_at = math.inf  # time.monotonic() at which the batch time limit passes; set as the run starts
 
     async def run_all(self) -> None:
@@ -568,24 +575,53 @@ class _Run:
                     tasks.cancel_scope.deadline = deadline
                     self.helpers_wanted = workers - 1
                     self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending, deadline)
+                    self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
                     await self.work_through(pending, deadline)
-            finally:  # the starter refers to this run: dropped, the run is freed without the cycle collector
-                self.helpers_wanted, self.start_helper = 0, _no_helper
+                    # Every entry is taken: no worker is wanted any more, and the ramp's wait would hold the group.
+                    self.helpers_wanted = 0
+                    if self.ramp_scope is not None:
+                        self.ramp_scope.cancel()
+            finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
+                self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
         await self.report_deadline()
 
     def entry_waits(self) -> None:
-        """An entry waits on something: start one more worker, while fewer than ``concurrency`` run.
+        """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``).
 
-        The batch's own task is the first worker; the others start as entries wait, so a batch
-        whose entries never wait (an in-memory backend, a cache) starts no task at all, and one
-        whose entries wait gets its ``concurrency`` workers within as many turns of the loop.
+        The batch's own task is the first worker; the others start only once an entry has waited
+        ``RAMP_WAIT``, so a batch whose entries never wait, or wait only briefly, starts no worker.
         """
         if self.helpers_wanted > 0:
+            self.wait_mark = (self.done, anyio.current_time())
+            if self.ramp_scope is None:
+                self.ramp_scope = anyio.CancelScope()
+                self.start_ramp()
+
+    async def ramp(self) -> None:
+        """Start the other workers, all at once, when one entry has been waiting ``RAMP_WAIT``.
+
+        Until then the batch's own task runs the entries one at a time. With one worker running, an
+        entry is still waiting while no entry has finished since it began to wait.
+        """
+        assert self.ramp_scope is not None
+        with self.ramp_scope:
+            while True:
+                done_then, began = self.wait_mark
+                left = began + RAMP_WAIT - anyio.current_time()
+                if self.done != done_then:  # that entry finished: look again once the next may have waited long enough
+                    left = RAMP_WAIT
+                elif left <= 0:
+                    break
+                await anyio.sleep(left)
+        if self.ramp_scope.cancel_called:  # every entry was taken first
+            return
+        while self.helpers_wanted > 0:
             self.helpers_wanted -= 1
             try:
                 self.start_helper()
             except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
                 log.debug("no further batch worker could start", exc_info=True)
+                return
 
     async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
         """Run entries from ``pending`` until none is left, each call under its time limit.

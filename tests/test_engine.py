@@ -68,16 +68,54 @@ def task_recording_reader(tasks: list[int], seconds: float) -> Any:
     return read
 
 
-async def test_workers_start_only_as_entries_wait_and_never_more_than_the_concurrency() -> None:
+def briefly_waiting_reader(tasks: list[int], running: list[int]) -> Any:
+    """Each entry waits twice, briefly: a turn of the loop, then a worker thread's answer."""
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        tasks.append(anyio.get_current_task().id)
+        running.append(1)
+        try:
+            await anyio.sleep(0)
+            await anyio.to_thread.run_sync(len, "x")
+            return Outcome("ok", TOOL, result=call.index if len(running) == 1 else "overlapped")
+        finally:
+            running.pop()
+
+    return read
+
+
+async def test_workers_start_only_as_entries_wait_long_and_never_more_than_the_concurrency() -> None:
     batch_task = anyio.get_current_task().id
     tasks: list[int] = []
     quick = await run([{"name": "a"}] * 25, task_recording_reader(tasks, 0), concurrency=8)
     assert [item["result"] for item in quick["results"]] == list(range(25))
     assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
     tasks.clear()
+    brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks, []), concurrency=8)
+    # Waits shorter than RAMP_WAIT: still the batch's own task, one entry at a time, none overlapping.
+    assert [item["result"] for item in brief["results"]] == list(range(25))
+    assert set(tasks) == {batch_task}
+    tasks.clear()
     waiting = await run([{"name": "a"}] * 12, task_recording_reader(tasks, 0.02), concurrency=4)
     assert [item["result"] for item in waiting["results"]] == list(range(12))
-    assert batch_task in tasks and len(set(tasks)) == 4  # each wait started one more worker, up to four
+    assert batch_task in tasks and len(set(tasks)) == 4  # the first long wait started the other three workers
+
+
+async def test_the_first_long_wait_starts_the_workers_however_late_it_comes() -> None:
+    # Ten entries answer at once, then one waits: the ramp, watching since the first wait, starts the
+    # other workers while that one still waits, and they run the entries after it meanwhile.
+    events: list[tuple[str, int]] = []
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        events.append(("start", call.index))
+        await anyio.sleep(0.2 if call.index == 10 else 0)
+        events.append(("end", call.index))
+        return Outcome("ok", TOOL, result=call.index)
+
+    response = await run([{"name": "a"}] * 14, read, concurrency=4)
+    assert [item["result"] for item in response["results"]] == list(range(14))
+    assert events[:21] == [(edge, i) for i in range(10) for edge in ("start", "end")] + [("start", 10)]
+    assert events.index(("end", 13)) < events.index(("end", 10))  # the rest ran while entry 10 waited
 
 
 async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,12 +141,17 @@ async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
     # answer: memory does not wait for a collection, whether workers were started or not.
     import gc
 
-    for seconds in (0, 0.005):
-        await run([{"name": "a"}] * 10, task_recording_reader([], seconds), concurrency=4)  # warm
+    readers = {  # no wait, brief waits (the ramp starts, then is cancelled), long waits (workers start)
+        "none": lambda: task_recording_reader([], 0),
+        "brief": lambda: briefly_waiting_reader([], []),
+        "long": lambda: task_recording_reader([], 0.005),
+    }
+    for waits, reader in readers.items():
+        await run([{"name": "a"}] * 10, reader(), concurrency=4)  # warm
         gc.collect()
         gc.disable()
         try:
-            await run([{"name": "a"}] * 10, task_recording_reader([], seconds), concurrency=4)
+            await run([{"name": "a"}] * 10, reader(), concurrency=4)
             gc.set_debug(gc.DEBUG_SAVEALL)
             gc.collect()
             left = [type(thing).__name__ for thing in gc.garbage if type(thing).__module__.startswith("centralmcp")]
@@ -116,7 +159,7 @@ async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
             gc.set_debug(0)
             gc.garbage.clear()
             gc.enable()
-        assert left == [], f"reference cycles through {sorted(set(left))} (seconds={seconds})"
+        assert left == [], f"reference cycles through {sorted(set(left))} (waits: {waits})"
 
 
 async def test_nothing_is_read_when_the_batch_is_rejected() -> None:
@@ -480,10 +523,12 @@ async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> N
 
 
 async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> None:
-    started, cancelled = asyncio.Event(), []
+    started, running, cancelled = asyncio.Event(), [], []
 
     async def hangs(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        started.set()
+        running.append(call.index)
+        if len(running) == 2:  # the second worker starts once the first entry has waited a while
+            started.set()
         try:
             await anyio.sleep(30)
         except asyncio.CancelledError:
