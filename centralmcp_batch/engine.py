@@ -42,10 +42,13 @@ MIN_SHARE = 1024
 # Room kept in each entry's share for its server's name, which is not known until the entry is
 # resolved: longer names can cost the last results their place in a response filled to the brim.
 SERVER_NAME_RESERVE = 64
-# How long an entry waits before the batch's other workers start. A backend that answers within
-# it (in memory, a worker thread, a cache) runs its entries one at a time, which costs least and
-# holds one raw answer at a time; a slower one gets the full concurrency this much late, once.
-RAMP_WAIT = 0.001
+# The batch's other workers start only once waiting is what takes its time: when one entry has
+# waited RAMP_WAIT, or when the entries' waits add up to RAMP_WAIT and to half the time the batch
+# has run. Backends that answer at once or nearly (in memory, a cache, a worker thread's hop while
+# the router's own work takes the time) run one entry at a time, which costs least and holds one
+# raw answer at a time; slower ones get the full concurrency at most this much late, once per
+# batch. A worker thread's hop takes 0.1-0.5 ms here, and now and then over 1 ms.
+RAMP_WAIT = 0.002
 
 
 # Plain slotted classes, not frozen ones: a frozen dataclass sets each field through
@@ -178,7 +181,7 @@ def _in_own_scope(call: Coroutine[Any, Any, Any], guards: Guards) -> Generator[A
     with anyio.CancelScope() as scope:
         guards.scope = scope
         try:
-            return (yield from _driven(call, guards, _no_helper))
+            return (yield from _driven(call, guards))
         finally:  # the scope goes with this call: whether it was cancelled is kept for dispatch_ended
             guards._late = scope.cancel_called
             guards.scope = None
@@ -187,11 +190,9 @@ def _in_own_scope(call: Coroutine[Any, Any, Any], guards: Guards) -> Generator[A
 
 
 @types.coroutine
-def _driven(
-    reading: Coroutine[Any, Any, Any], guards: Guards, on_first_wait: Callable[[], None]
-) -> Generator[Any, Any, Any]:
+def _driven(reading: Coroutine[Any, Any, Any], guards: Guards, run: _Run | None = None) -> Generator[Any, Any, Any]:
     """Await ``reading``, as ``await`` would; each time it waits, arm ``guards``' call time limit (see
-    ``Guards``), and the first time, call ``on_first_wait``.
+    ``Guards``), and tell ``run`` (a batch that may still start workers) how long the waits take.
 
     What the reading waits on goes up to the task, and what the task answers (values, exceptions,
     cancellation) goes down to the reading.
@@ -200,21 +201,29 @@ def _driven(
         waiting_on = reading.send(None)
     except StopIteration as done:
         return done.value
-    on_first_wait()
+    watching = run if run is not None and run.helpers_wanted > 0 else None
+    if watching is not None:
+        watching.entry_waits()
     while True:
         if guards.calling:
             guards.arm()
+        if watching is not None:
+            suspended = time.monotonic()
         try:
             answer = yield waiting_on
         except GeneratorExit:  # this await is being closed: close the reading too, as ``await`` does
             reading.close()
             raise
         except BaseException as exc:  # thrown into the task (a cancellation): the reading's to handle
+            if watching is not None and not watching.resumed(suspended):
+                watching = None
             try:
                 waiting_on = reading.throw(exc)
             except StopIteration as done:
                 return done.value
         else:
+            if watching is not None and not watching.resumed(suspended):
+                watching = None
             try:
                 waiting_on = reading.send(answer)
             except StopIteration as done:
@@ -536,11 +545,13 @@ class _Run:
             getattr(type(observer), "progress", None) is not QuietObserver.progress
         )
         self.done = 0
-        self.helpers_wanted = 0  # workers still to start, once an entry has waited RAMP_WAIT (see ramp)
+        self.helpers_wanted = 0  # workers still to start, once waiting takes the batch's time (see RAMP_WAIT)
         self.start_helper: Callable[[], object] = _no_helper
         self.start_ramp: Callable[[], object] = _no_helper
         self.ramp_scope: anyio.CancelScope | None = None  # made when the first entry waits
         self.wait_mark = (0, 0.0)  # (entries done, anyio.current_time()) when the latest entry began to wait
+        self.waited = 0.0  # seconds the entries have waited, while workers may still start
+        self.began = 0.0  # time.monotonic() when the entries started
         self.stop_at = math.inf  # time.monotonic() at which the batch time limit passes; set as the run starts
 
     async def run_all(self) -> None:
@@ -558,7 +569,8 @@ class _Run:
                 )
         workers = min(self.settings.concurrency, len(valid))
         timeout = self.settings.batch_timeout
-        self.stop_at = time.monotonic() + timeout
+        self.began = time.monotonic()
+        self.stop_at = self.began + timeout
         deadline = anyio.current_time() + timeout
         if workers == 1:
             # One worker needs no task group, and no scope of its own for the batch time limit: the
@@ -577,51 +589,58 @@ class _Run:
                     self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending, deadline)
                     self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
                     await self.work_through(pending, deadline)
-                    # Every entry is taken: no worker is wanted any more, and the ramp's wait would hold the group.
-                    self.helpers_wanted = 0
-                    if self.ramp_scope is not None:
+                    self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
+                    if self.ramp_scope is not None:  # and the ramp's watch would hold the group
                         self.ramp_scope.cancel()
             finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
                 self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
         await self.report_deadline()
 
     def entry_waits(self) -> None:
-        """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``).
+        """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``)."""
+        self.wait_mark = (self.done, anyio.current_time())
+        if self.ramp_scope is None:
+            self.ramp_scope = anyio.CancelScope()
+            self.start_ramp()
 
-        The batch's own task is the first worker; the others start only once an entry has waited
-        ``RAMP_WAIT``, so a batch whose entries never wait, or wait only briefly, starts no worker.
-        """
-        if self.helpers_wanted > 0:
-            self.wait_mark = (self.done, anyio.current_time())
-            if self.ramp_scope is None:
-                self.ramp_scope = anyio.CancelScope()
-                self.start_ramp()
+    def resumed(self, suspended: float) -> bool:
+        """An entry's wait that began at ``suspended`` (``time.monotonic()``) is over: True while
+        workers may still start. They start now if the waits make up half the batch's time so far."""
+        now = time.monotonic()
+        self.waited += now - suspended
+        if self.waited >= RAMP_WAIT and 2 * self.waited >= now - self.began:
+            self.start_helpers()
+        return self.helpers_wanted > 0
 
     async def ramp(self) -> None:
-        """Start the other workers, all at once, when one entry has been waiting ``RAMP_WAIT``.
+        """Start the other workers when one entry has been waiting ``RAMP_WAIT``.
 
-        Until then the batch's own task runs the entries one at a time. With one worker running, an
-        entry is still waiting while no entry has finished since it began to wait.
+        With one worker running, an entry is still waiting while no entry has finished since it
+        began to wait.
         """
         assert self.ramp_scope is not None
         with self.ramp_scope:
-            while True:
+            while self.helpers_wanted > 0:
                 done_then, began = self.wait_mark
                 left = began + RAMP_WAIT - anyio.current_time()
                 if self.done != done_then:  # that entry finished: look again once the next may have waited long enough
                     left = RAMP_WAIT
                 elif left <= 0:
-                    break
+                    self.start_helpers()
+                    return
                 await anyio.sleep(left)
-        if self.ramp_scope.cancel_called:  # every entry was taken first
-            return
+
+    def start_helpers(self) -> None:
+        """Start every worker still wanted, at once; the ramp's watch is then over."""
+        if self.ramp_scope is not None:
+            self.ramp_scope.cancel()
         while self.helpers_wanted > 0:
             self.helpers_wanted -= 1
             try:
                 self.start_helper()
             except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
                 log.debug("no further batch worker could start", exc_info=True)
-                return
+                self.helpers_wanted = 0
 
     async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
         """Run entries from ``pending`` until none is left, each call under its time limit.
@@ -666,7 +685,7 @@ class _Run:
                 reading = self.reader(call, self.max_bytes, guards)
                 if type(reading) is not CoroutineType:  # another awaitable: driven through a coroutine of ours
                     reading = _awaiting(reading)
-                outcome = await _driven(reading, guards, self.entry_waits)
+                outcome = await _driven(reading, guards, self)
             except BaseException as exc:  # the reader should not raise; if it does, only its entry fails
                 if must_propagate(exc):
                     raise

@@ -69,17 +69,30 @@ def task_recording_reader(tasks: list[int], seconds: float) -> Any:
 
 
 def briefly_waiting_reader(tasks: list[int], running: list[int]) -> Any:
-    """Each entry waits twice, briefly: a turn of the loop, then a worker thread's answer."""
+    """Each entry waits a turn of the loop, then works for 0.2 ms: the waits are a small part of the time."""
 
     async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
         tasks.append(anyio.get_current_task().id)
         running.append(1)
         try:
             await anyio.sleep(0)
-            await anyio.to_thread.run_sync(len, "x")
+            busy_until = time.perf_counter() + 0.0002
+            while time.perf_counter() < busy_until:
+                pass
             return Outcome("ok", TOOL, result=call.index if len(running) == 1 else "overlapped")
         finally:
             running.pop()
+
+    return read
+
+
+def thread_hop_reader(tasks: list[int]) -> Any:
+    """Each entry waits on a worker thread and does nothing else: the waits are nearly all the time."""
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        tasks.append(anyio.get_current_task().id)
+        await anyio.to_thread.run_sync(time.sleep, 0.0002)
+        return Outcome("ok", TOOL, result=call.index)
 
     return read
 
@@ -92,9 +105,14 @@ async def test_workers_start_only_as_entries_wait_long_and_never_more_than_the_c
     assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
     tasks.clear()
     brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks, []), concurrency=8)
-    # Waits shorter than RAMP_WAIT: still the batch's own task, one entry at a time, none overlapping.
+    # Short waits that are a small part of the batch's time: still the batch's own task, one entry at a time.
     assert [item["result"] for item in brief["results"]] == list(range(25))
     assert set(tasks) == {batch_task}
+    tasks.clear()
+    hops = await run([{"name": "a"}] * 25, thread_hop_reader(tasks), concurrency=4)
+    # Short waits that are most of its time: the other workers start once they add up to RAMP_WAIT.
+    assert [item["result"] for item in hops["results"]] == list(range(25))
+    assert tasks[0] == batch_task and len(set(tasks)) == 4
     tasks.clear()
     waiting = await run([{"name": "a"}] * 12, task_recording_reader(tasks, 0.02), concurrency=4)
     assert [item["result"] for item in waiting["results"]] == list(range(12))
