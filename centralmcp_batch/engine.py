@@ -586,7 +586,7 @@ class _Run:
                     # whatever a worker awaits outside its scope.
                     tasks.cancel_scope.deadline = deadline
                     self.helpers_wanted = workers - 1
-                    self.start_helper = functools.partial(tasks.start_soon, self.work_through, pending, deadline)
+                    self.start_helper = functools.partial(tasks.start_soon, self.help, pending, deadline)
                     self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
                     await self.work_through(pending, deadline)
                     self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
@@ -641,6 +641,17 @@ class _Run:
             except RuntimeError:  # the group no longer takes tasks (it is closing): the workers running finish
                 log.debug("no further batch worker could start", exc_info=True)
                 self.helpers_wanted = 0
+
+    async def help(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
+        """A worker the ramp started: it takes no entry once the batch is being cancelled.
+
+        Helpers can be started in the very turn a cancellation arrives (the ramp's sleep ending as the
+        client cancels, or a cancelled entry's wait tipping ``resumed``); a task started in a cancelled
+        group runs until its first checkpoint, which would be inside a newly dispatched call.
+        """
+        if anyio.current_effective_deadline() == -math.inf:
+            return
+        await self.work_through(pending, batch_deadline)
 
     async def work_through(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
         """Run entries from ``pending`` until none is left, each call under its time limit.

@@ -704,3 +704,32 @@ async def test_a_stalled_progress_report_does_not_hold_a_batch_past_its_limit() 
         )
     assert time.monotonic() - started < 5  # the batch limit (0.3 s) cut the report; it would have waited 30 s
     assert response["results"][0]["error"] == engine.call_timed_out(0.05)
+
+
+async def test_a_cancellation_that_tips_the_ramp_starts_no_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The client cancels while entry 1 waits, before the ramp fires; the cancelled wait tips the
+    # waits past RAMP_WAIT and half the batch's time, so ``resumed`` starts the other workers in
+    # the cancelled group: none of them may take an entry.
+    monkeypatch.setattr(engine, "RAMP_WAIT", 0.05)  # room for the timings
+    started: list[tuple[int, float]] = []
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        started.append((call.index, anyio.current_time()))
+        await anyio.sleep(0.035 if call.index == 0 else 30)
+        return Outcome("ok", TOOL, result=call.index)
+
+    cancelled_at = math.inf
+    with anyio.fail_after(5), anyio.CancelScope() as outer:
+        async with anyio.create_task_group() as tasks:
+
+            async def cancel_soon() -> None:
+                nonlocal cancelled_at
+                while len(started) < 2:
+                    await anyio.sleep(0.001)
+                await anyio.sleep(0.025)
+                cancelled_at = anyio.current_time()
+                outer.cancel()
+
+            tasks.start_soon(cancel_soon)
+            await run([{"name": "a"}] * 10, read, concurrency=8)
+    assert [index for index, at in started if at >= cancelled_at] == []
