@@ -47,7 +47,7 @@ SERVER_NAME_RESERVE = 64
 # has run. Backends that answer at once or nearly (in memory, a cache, a worker thread's hop while
 # the router's own work takes the time) run one entry at a time, which costs least and holds one
 # raw answer at a time; slower ones get the full concurrency at most this much late, once per
-# batch. A worker thread's hop takes 0.1-0.5 ms here, and now and then over 1 ms.
+# batch. A worker thread's hop took 0.1-0.5 ms on the benchmark machine, and now and then over 1 ms.
 RAMP_WAIT = 0.002
 
 
@@ -586,7 +586,7 @@ class _Run:
                     # whatever a worker awaits outside its scope.
                     tasks.cancel_scope.deadline = deadline
                     self.helpers_wanted = workers - 1
-                    self.start_helper = functools.partial(tasks.start_soon, self.help, pending, deadline)
+                    self.start_helper = functools.partial(tasks.start_soon, self.work_as_helper, pending, deadline)
                     self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
                     await self.work_through(pending, deadline)
                     self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
@@ -642,7 +642,7 @@ class _Run:
                 log.debug("no further batch worker could start", exc_info=True)
                 self.helpers_wanted = 0
 
-    async def help(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
+    async def work_as_helper(self, pending: Iterator[ValidCall], batch_deadline: float) -> None:
         """A worker the ramp started: it takes no entry once the batch is being cancelled.
 
         Helpers can be started in the very turn a cancellation arrives (the ramp's sleep ending as the
