@@ -590,8 +590,7 @@ class _Run:
                     self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
                     await self.work_through(pending, deadline)
                     self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
-                    if self.ramp_scope is not None:  # and the ramp's watch would hold the group
-                        self.ramp_scope.cancel()
+                    self.stop_ramp()  # and the ramp's watch would hold the group
             finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
                 self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
         await self.report_deadline()
@@ -630,10 +629,13 @@ class _Run:
                     return
                 await anyio.sleep(left)
 
-    def start_helpers(self) -> None:
-        """Start every worker still wanted, at once; the ramp's watch is then over."""
+    def stop_ramp(self) -> None:
         if self.ramp_scope is not None:
             self.ramp_scope.cancel()
+
+    def start_helpers(self) -> None:
+        """Start every worker still wanted, at once; the ramp's watch is then over."""
+        self.stop_ramp()
         while self.helpers_wanted > 0:
             self.helpers_wanted -= 1
             try:

@@ -68,8 +68,9 @@ def task_recording_reader(tasks: list[int], seconds: float) -> Any:
     return read
 
 
-def briefly_waiting_reader(tasks: list[int], running: list[int]) -> Any:
+def briefly_waiting_reader(tasks: list[int]) -> Any:
     """Each entry waits a turn of the loop, then works for 0.2 ms: the waits are a small part of the time."""
+    running: list[int] = []
 
     async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
         tasks.append(anyio.get_current_task().id)
@@ -104,7 +105,7 @@ async def test_workers_start_only_as_entries_wait_long_and_never_more_than_the_c
     assert [item["result"] for item in quick["results"]] == list(range(25))
     assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
     tasks.clear()
-    brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks, []), concurrency=8)
+    brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks), concurrency=8)
     # Short waits that are a small part of the batch's time: still the batch's own task, one entry at a time.
     assert [item["result"] for item in brief["results"]] == list(range(25))
     assert set(tasks) == {batch_task}
@@ -161,7 +162,7 @@ async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
 
     readers = {  # no wait, brief waits (the ramp starts, then is cancelled), long waits (workers start)
         "none": lambda: task_recording_reader([], 0),
-        "brief": lambda: briefly_waiting_reader([], []),
+        "brief": lambda: briefly_waiting_reader([]),
         "long": lambda: task_recording_reader([], 0.005),
     }
     for waits, reader in readers.items():
