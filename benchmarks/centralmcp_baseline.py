@@ -12,7 +12,8 @@ Two copies of the stand-in router (``tests/standins/centralmcp_router.py``) serv
 rounds; in each round the variants run one after the other and a ratio is taken within the round.
 
 Scenarios: ``in_process`` (zero latency, n=25 and n=1), ``mcp`` (the same over an in-memory MCP
-session, the client's checks included, and a batch of 1 against one ``invoke_read_tool``),
+session, the client's checks included, and a batch of 1 against one ``invoke_read_tool`` and
+against a tool that does no work: it answers a fixed batch answer under the same output schema),
 ``schema`` (the SDK client's own output-schema check of one 25-entry answer), ``memory``
 (tracemalloc peak, 25 answers of about 100 KB) and ``http`` (8 clients over streamable HTTP).
 """
@@ -38,7 +39,7 @@ import anyio
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]  # the backend and the stand-ins
 
-from centralmcp_batch import _compat, batch_tool, bench, models  # noqa: E402 - after the path is set
+from centralmcp_batch import _compat, batch_tool, bench, budget, models  # noqa: E402 - after the path is set
 from centralmcp_batch.adapters.centralmcp import adopt  # noqa: E402
 from centralmcp_batch.bench import Run, ratios, rounds, summary  # noqa: E402
 from centralmcp_batch.host import HostHooks  # noqa: E402
@@ -189,6 +190,7 @@ async def call_checked(client: _compat.ClientHandle, tool: str, arguments: Mappi
 
 
 async def mcp_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
+    await add_fixed_answer_tool(routers)
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
         calls, one = calls_of(25), calls_of(1)
 
@@ -206,12 +208,56 @@ async def mcp_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
             answer = await call_checked(to_plugin, "invoke_read_tool", read)
             check_results([answer], one, wrapped=False)
 
-        variants = {"builtin": builtin, "plugin": plugin, "plugin_one": plugin_one, "single": single}
+        async def fixed_one() -> None:
+            check_plugin(await call_checked(to_plugin, FIXED_ANSWER_TOOL, {"calls": one}), one)
+
+        variants = {
+            "builtin": builtin,
+            "plugin": plugin,
+            "plugin_one": plugin_one,
+            "single": single,
+            "fixed_one": fixed_one,
+        }
         samples = await sampled(variants, plan)
     return [
         versus("n=25: plugin vs the built-in batch", samples["plugin"], samples["builtin"]),
         versus("n=1: plugin batch vs one invoke_read_tool", samples["plugin_one"], samples["single"]),
+        versus("n=1: a fixed batch answer vs one invoke_read_tool", samples["fixed_one"], samples["single"]),
+        versus("n=1: plugin batch vs a fixed batch answer", samples["plugin_one"], samples["fixed_one"]),
     ]
+
+
+FIXED_ANSWER_TOOL = "fixed_batch_answer"
+
+
+async def add_fixed_answer_tool(routers: Routers) -> None:
+    """A tool on the plugin's router that does no work: it answers one entry's batch answer, made once.
+
+    It publishes the batch tool's output schema and converts its answer the same way, behind the
+    same middleware, so a batch of 1 against it is what a typed batch answer costs a round trip
+    before the batch does anything: the floor under the batch-of-1 figure.
+    """
+    server = routers.plugin.mcp
+    if _compat.has_tool(server, FIXED_ANSWER_TOOL):
+        return
+    published = next(tool for tool in _compat.server_tools(server) if tool.name == TOOL)
+    if published.output_schema is None:
+        raise BaselineError(f"{TOOL} publishes no output schema: the fixed answer would be checked against none")
+    text = json.dumps(await batch_tool.run(routers.hooks, calls_of(1)))
+
+    async def fixed_batch_answer(ctx: _compat.Context, calls: Any = None) -> dict[str, Any]:
+        return json.loads(text)  # a fresh dict each call, as a batch builds one
+
+    _compat.add_tool(
+        server,
+        fixed_batch_answer,
+        name=FIXED_ANSWER_TOOL,
+        description="The benchmark's fixed batch answer.",
+        annotations=batch_tool.ANNOTATIONS,
+        input_schema=published.input_schema,
+        output_schema=published.output_schema,
+    )
+    _compat.answer_dicts_with_compact_json(server, FIXED_ANSWER_TOOL, budget.dumps)
 
 
 def versus(case: str, plugin: list[float], baseline: list[float]) -> dict[str, Any]:

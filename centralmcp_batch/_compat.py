@@ -130,7 +130,13 @@ def annotations_dict(annotations: Any) -> dict[str, Any]:
 def server_tools(server: Any) -> list[ToolInfo]:
     """The tools an in-process server publishes."""
     return [
-        ToolInfo(tool.name, tool.description or "", dict(tool.parameters), annotations_dict(tool.annotations))
+        ToolInfo(
+            tool.name,
+            tool.description or "",
+            dict(tool.parameters),
+            annotations_dict(tool.annotations),
+            tool.output_schema,
+        )
         for tool in _tools(server).values()
     ]
 
@@ -203,11 +209,12 @@ def progress_may_be_heard(ctx: Any) -> bool:
     its ``_meta`` does not show; a 2.x request whose context cannot tell is always told.
     """
     try:
-        meta = ctx.request_context.meta
+        request = ctx.request_context  # read once: on 2.x each read is a few us of pydantic's private lookup
+        meta = request.meta
     except Exception:  # no request context to read: tell, as before
         return True
     if SDK_2:
-        heard = _outbound_hears(ctx)
+        heard = _outbound_hears(request)
         if heard is not None:
             return heard
     if meta is None:
@@ -223,9 +230,9 @@ def progress_may_be_heard(ctx: Any) -> bool:
 _PROGRESS_SINKS = ("_on_progress", "_progress_token", "progress_token")
 
 
-def _outbound_hears(ctx: Any) -> bool | None:
+def _outbound_hears(request: Any) -> bool | None:
     """Whether the request's dispatch context has somewhere to send progress; None when it does not say."""
-    outbound = getattr(getattr(ctx.request_context, "session", None), "_request_outbound", None)
+    outbound = getattr(getattr(request, "session", None), "_request_outbound", None)
     for _ in range(4):  # a modern-era request's context wraps the dispatcher's own (its _inner)
         for name in _PROGRESS_SINKS:
             if hasattr(outbound, name):

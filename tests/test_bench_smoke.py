@@ -63,6 +63,15 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http"))
     assert {row["n"] for row in report["in_process"]} == {1, 25}
+    # A batch of 1 is set against one invoke_read_tool and against the floor: a tool that answers a
+    # fixed batch answer under the same output schema, whose answer was checked like every other.
+    cases = [row["case"] for row in report["mcp"]]
+    assert cases == [
+        "n=25: plugin vs the built-in batch",
+        "n=1: plugin batch vs one invoke_read_tool",
+        "n=1: a fixed batch answer vs one invoke_read_tool",
+        "n=1: plugin batch vs a fixed batch answer",
+    ]
     expected = {(name, n) for name in ("plugin", "old", "builtin") for n in (1, 25)}
     assert {(row["schema"], row["n"]) for row in report["schema"]} == expected
     rates = [(row["plugin_entries_per_s"]["median"], row["baseline_entries_per_s"]["median"]) for row in report["http"]]
