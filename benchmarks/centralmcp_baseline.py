@@ -479,6 +479,7 @@ def goal(name: str, rows: Sequence[Match], match: Match, key: str, limit: float,
 
 BATCH_OF_ONE = {"case": "n=1: plugin batch vs one invoke_read_tool"}
 BATCH_OF_25 = {"case": "n=25: plugin vs the built-in batch"}
+SCHEMA_FLOOR = {"case": "n=1: a fixed batch answer vs one invoke_read_tool"}
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -494,7 +495,13 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         ("HTTP 8 clients: entries/s >= 1.0x the built-in", "http", {"clients": 8}, "plugin_over_baseline", 1.0, False),
         ("peak memory over MCP <= 1.0x built-in", "memory", {"where": "MCP session"}, "plugin_over_baseline", 1, True),
     ]
-    return [goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in wanted]
+    found = [
+        goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in wanted
+    ]
+    floor = bench.find_row(rows("mcp"), **SCHEMA_FLOOR)
+    if floor is not None:  # what the batch of 1 cannot go below while the tool publishes its output schema
+        found[1]["floor"] = round(floor["plugin_over_baseline"]["median"], 3)
+    return found
 
 
 async def run_plan(plan: Plan) -> dict[str, Any]:
@@ -524,8 +531,15 @@ def render(report: Mapping[str, Any]) -> str:
         if key in report:
             parts.append(bench.table(title, report[key], columns) + "\n")
     parts.append("### Targets\n")
-    parts += [f"- {item['target']}: {item['value']} -> {bench.verdict(item['met'])}" for item in report["targets"]]
+    parts += [
+        f"- {item['target']}: {item['value']} -> {bench.verdict(item['met'])}{_floor(item)}"
+        for item in report["targets"]
+    ]
     return "\n".join(parts)
+
+
+def _floor(target: Mapping[str, Any]) -> str:
+    return f" (a fixed batch answer under the same output schema: {target['floor']}x)" if "floor" in target else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

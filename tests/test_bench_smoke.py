@@ -77,4 +77,6 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     rates = [(row["plugin_entries_per_s"]["median"], row["baseline_entries_per_s"]["median"]) for row in report["http"]]
     assert rates and all(plugin > 0 and baseline > 0 for plugin, baseline in rates)
     assert [target["met"] is not None for target in report["targets"]] == [True] * 7
+    floor = next(row for row in report["mcp"] if row["case"] == cases[2])["plugin_over_baseline"]["median"]
+    assert report["targets"][1]["floor"] == round(floor, 3)  # the batch-of-1 target shows the schema's floor
     assert done.stdout.count("\n### ") == 6
