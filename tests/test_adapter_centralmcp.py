@@ -321,6 +321,7 @@ async def test_adopt_replaces_the_routers_own_batch_and_says_so(
     assert "centralmcp-batch's invoke_read_tool_batch replaces the router's own" in caplog.text
     published = {t.name: t for t in _compat.server_tools(router.mcp)}["invoke_read_tool_batch"]
     assert published.description == batch_tool.DESCRIPTION
+    assert published.output_schema == centralmcp.adopted_output_schema()  # not the router's own batch's
     # the module's name is the plugin's tool too, so in-process callers never reach the old batch
     assert router.invoke_read_tool_batch is not own
     direct = await router.invoke_read_tool_batch(None, [{"name": "get_device", "arguments": {"serial": "a"}}])
