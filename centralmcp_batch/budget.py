@@ -16,10 +16,13 @@ item it changed, so the cost is linear in the number of items and in their size.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from json.encoder import c_make_encoder  # type: ignore[attr-defined] # None where Python has no _json
 from json.encoder import encode_basestring as _encode_string  # what the encoder below does to a string
 from typing import Any
+
+import pydantic_core
 
 SHORT_ERROR_CHARS = 80
 
@@ -55,6 +58,23 @@ def dumps(value: Any) -> str:
     except BaseException:
         markers.clear()  # a failed encoding leaves behind the containers it was inside
         raise
+
+
+def as_json(value: Any) -> Any:
+    """``value`` in plain JSON values, as an MCP server SDK writes a tool's answer: pydantic's rules
+    (a datetime as ISO text, a model as its fields, a set as a list), ``str()`` for anything else.
+    NaN and the infinities, which JSON has no form for, become null. Raises ValueError for a cycle."""
+    return _finite(pydantic_core.to_jsonable_python(value, fallback=str))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def encode(value: Any) -> bytes:

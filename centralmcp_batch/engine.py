@@ -499,6 +499,19 @@ def _ok_item_keys_size(call: ValidCall) -> int:
     return _OK_ITEM_FIXED + len(str(call.index)) + budget.string_size(call.id) + budget.string_size(call.name)
 
 
+def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
+    """An item JSON could not encode (``exc``), and its encoded size: an ok item's result as the
+    server SDK would have written it for a single read (a datetime, a model, NaN), or, where even
+    that fails (a cycle, a nesting too deep, broken Unicode), an error item."""
+    if "result" in item:
+        try:
+            converted = {**item, "result": budget.as_json(item["result"])}
+            return converted, budget.size(converted)
+        except (TypeError, ValueError, RecursionError) as failed:
+            exc = failed
+    return _unencodable_item(item, exc)
+
+
 def _unencodable_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
     """An ok item whose result JSON cannot encode, as an error item, and its encoded size."""
     keep = {key: item[key] for key in ("index", "id", "tool", "server")}
@@ -715,7 +728,7 @@ class _Run:
         try:
             self.sizes[index] = budget.size(item)
         except (TypeError, ValueError, RecursionError) as exc:
-            item, self.sizes[index] = _unencodable_item(item, exc)
+            item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item
         told = self.observer.item_completed(item, seconds)
         if told is not None:

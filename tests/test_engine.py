@@ -68,15 +68,19 @@ def task_recording_reader(tasks: list[int], seconds: float) -> Any:
     return read
 
 
-def briefly_waiting_reader(tasks: list[int]) -> Any:
-    """Each entry waits a turn of the loop, then works for 0.2 ms: the waits are a small part of the time."""
+def briefly_waiting_reader(tasks: list[int], waits: list[float] | None = None) -> Any:
+    """Each entry waits a turn of the loop, then works for 0.2 ms: the waits are a small part of the
+    time. Each wait's length goes to ``waits``, when given."""
     running: list[int] = []
 
     async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
         tasks.append(anyio.get_current_task().id)
         running.append(1)
         try:
+            began = time.perf_counter()
             await anyio.sleep(0)
+            if waits is not None:
+                waits.append(time.perf_counter() - began)
             busy_until = time.perf_counter() + 0.0002
             while time.perf_counter() < busy_until:
                 pass
@@ -104,10 +108,18 @@ async def test_workers_start_only_as_entries_wait_long_and_never_more_than_the_c
     quick = await run([{"name": "a"}] * 25, task_recording_reader(tasks, 0), concurrency=8)
     assert [item["result"] for item in quick["results"]] == list(range(25))
     assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
-    tasks.clear()
-    brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks), concurrency=8)
     # Short waits that are a small part of the batch's time: still the batch's own task, one entry at a time.
-    assert [item["result"] for item in brief["results"]] == list(range(25))
+    # A turn of the loop is brief unless the machine preempts the process in it, and then waiting does take
+    # the time: such a run says nothing of brief waits, so the check needs one run the machine left alone.
+    for _ in range(5):
+        tasks.clear()
+        waits: list[float] = []
+        brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks, waits), concurrency=8)
+        assert [item["result"] for item in brief["results"]] == list(range(25))
+        if max(waits) < engine.RAMP_WAIT / 4:
+            break
+    else:
+        pytest.fail(f"every run was preempted mid-wait (longest waits {max(waits) * 1000:.1f} ms)")
     assert set(tasks) == {batch_task}
     tasks.clear()
     hops = await run([{"name": "a"}] * 25, thread_hop_reader(tasks), concurrency=4)
@@ -349,13 +361,44 @@ async def test_errors_are_cut_to_500_characters() -> None:
 
 
 async def test_a_result_json_cannot_encode_becomes_an_error_item() -> None:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+
     async def odd(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        return Outcome("ok", TOOL, result={"when": object()} if call.name == "odd" else 1)
+        return Outcome("ok", TOOL, result={"loop": looped} if call.name == "odd" else 1)
 
     response = await run([{"name": "odd"}, {"name": "fine"}], odd)
     first, second = response["results"]
     assert first["status"] == "error" and "not JSON-serializable" in first["error"]
     assert second["status"] == "ok" and response["failed_indexes"] == [0]
+
+
+async def test_a_result_that_is_not_plain_json_is_written_as_a_server_sdk_writes_a_single_read() -> None:
+    import datetime
+
+    from pydantic import BaseModel
+
+    class Device(BaseModel):
+        serial: str
+        seen: datetime.datetime
+
+    seen = datetime.datetime(2026, 12, 4, 12, 30, tzinfo=datetime.timezone.utc)
+    answers = {
+        "when": {"at": seen, "tags": frozenset({"x"})},
+        "model": Device(serial="CN1", seen=seen),
+        "odd": {"ratio": math.inf, "raw": b"bytes"},
+    }
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        return Outcome("ok", TOOL, result=answers[call.name])
+
+    response = await run([{"name": name} for name in answers], read)
+    assert response["ok"] and [item["result"] for item in response["results"]] == [
+        {"at": "2026-12-04T12:30:00Z", "tags": ["x"]},
+        {"serial": "CN1", "seen": "2026-12-04T12:30:00Z"},
+        {"ratio": None, "raw": "bytes"},
+    ]
+    assert json.loads(json.dumps(response, allow_nan=False)) == response  # plain JSON throughout
 
 
 async def test_a_raising_reader_fails_only_its_entry() -> None:

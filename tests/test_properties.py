@@ -452,7 +452,7 @@ def check_items(expected: Sequence[Expected], response: Mapping[str, Any], env: 
             assert keys[5:] in (["result"], ["result", "result_truncated"])
             shrunk |= bool(item.get("result_truncated"))
             if not item.get("result_truncated"):
-                assert item["result"] == hosts.BEHAVIOURS[entry.tool][1]()
+                assert item["result"] == hosts.expected_result(entry.tool)
         else:
             assert keys[5:] in (["error"], ["error", "error_truncated"])
             assert isinstance(item["error"], str) and 0 < len(item["error"]) <= 500
