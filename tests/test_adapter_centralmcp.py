@@ -14,7 +14,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from standins import monitoring_backend
+from standins.centralmcp_middleware import is_secret_name
 
 from centralmcp_batch import HostContractError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
@@ -93,6 +96,9 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
         "get_radio_stats",
         "get_webhook",
         "check_webhook_secret",
+        "get_webhook_report",
+        "get_running_config",
+        "get_webhook_by_number",
         "ping_device",
     }
     assert set(router._tool_index) == monitoring | {"list_sites", "rename_site", "reboot_device"}
@@ -468,3 +474,27 @@ async def test_the_documented_differences_from_the_routers_own_batch(adopted: Mo
         "blocked",
         "invoke_read_tool_batch cannot be called from inside a batch: name a backend tool",
     )
+
+
+# -- what a preview may show -------------------------------------------------------------------
+
+SECRETISH = r"[A-Za-z _\-]{0,6}(Key|key|KEY|token|Token|secret|Secret|auth|psk|Password)[A-Za-z_]{0,3}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=24) | st.from_regex(SECRETISH, fullmatch=True))
+def test_the_adapter_blanks_exactly_the_keys_the_routers_tokenizer_treats_as_secrets(key: str) -> None:
+    assert centralmcp.is_secret_key(key) == is_secret_name(key)
+
+
+def test_a_preview_is_made_of_the_result_with_every_secret_named_value_blanked() -> None:
+    result = {
+        "site": "hq",
+        "webhooks": [{"url": "u", "signingSecret": "s1"}, ({"API-Key": "k1", "keyring": ["kept"]},)],
+        "auth": {"nested": "gone too"},
+    }
+    assert centralmcp.without_secrets(result) == {
+        "site": "hq",
+        "webhooks": [{"url": "u", "signingSecret": "******"}, [{"API-Key": "******", "keyring": ["kept"]}]],
+        "auth": "******",
+    }

@@ -91,6 +91,49 @@ async def test_tokens_in_entry_arguments_are_resolved_before_dispatch(client: _c
     assert SECRET not in answer.text
 
 
+async def test_a_secret_in_a_previewed_result_is_blanked_where_the_tokenizer_cannot_reach(
+    client: _compat.ClientHandle,
+) -> None:
+    # 25 entries each get about 11.8 KB of the budget, so a 20 KB result with nothing to page through
+    # becomes the router's preview of its JSON text, in which the tokenizer finds no keys. A single read
+    # of the same result stays whole (under the router's 200 KB) and is tokenized.
+    report = {"name": "get_webhook_report", "arguments": {"site_id": "hq"}}
+    single = await client.call_tool("invoke_read_tool", report)
+    assert TOKEN.fullmatch(single.payload["webhook"]["signing_secret"])
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [{"id": f"r{i}", **report} for i in range(25)]})
+    assert not answer.is_error and not answer.structured["truncated"], answer.text[:300]
+    previews = [item["result"]["preview"] for item in answer.structured["results"]]
+    assert all('"signing_secret": "******", "apiKey": "******"' in preview for preview in previews)
+    assert SECRET not in answer.text and SECRET not in json.dumps(answer.structured)
+
+
+async def test_results_previewed_to_their_share_all_come_back_though_json_escapes_them(
+    client: _compat.ClientHandle,
+) -> None:
+    # The router cuts a preview's text to the share; inside the batch's JSON each of its quotes is escaped
+    # again, and the bounds marker comes on top. Each is bounded again to fit, so nothing is dropped.
+    config = {"name": "get_running_config", "arguments": {"serial": "a"}}
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [{"id": f"c{i}", **config} for i in range(25)]})
+    response = answer.structured
+    assert response["ok"] and not response["truncated"], answer.text[:300]
+    results = [item["result"] for item in response["results"]]
+    assert all(result["_response_bounds"]["resumable"] is False and result["preview"] for result in results)
+    assert len(budget.encode(response)) <= 300_000
+
+
+async def test_an_argument_the_backend_refuses_is_named_in_the_error_never_its_value(
+    client: _compat.ClientHandle,
+) -> None:
+    # The tokenizer puts the secret back before dispatch; the backend's argument check then fails on it,
+    # and the SDK's own text would quote it.
+    token = (await client.call_tool("invoke_read_tool", WEBHOOK)).payload["signing_secret"]
+    wrong = {"name": "get_webhook_by_number", "arguments": {"number": token}}
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [wrong]})
+    item = answer.structured["results"][0]
+    assert item["status"] == "error" and "invalid arguments: number: Input should be a valid integer" in item["error"]
+    assert SECRET not in answer.text and token not in answer.text
+
+
 @pytest.mark.skipif(_compat.SDK_MAJOR >= 2, reason="SDK 2.x has no session object that outlives a request")
 async def test_tokens_are_kept_per_client_session(router: ModuleType) -> None:
     async with _compat.connect(router.mcp) as first:

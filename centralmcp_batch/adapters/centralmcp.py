@@ -18,8 +18,9 @@ from types import ModuleType
 from typing import Any
 
 import pluggy
+import pydantic
 
-from .. import _compat, hosting, models, settings
+from .. import _compat, budget, hosting, models, settings
 from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor
 from ..hookspecs import hookimpl
@@ -101,11 +102,127 @@ class CentralMCPHooks:
         try:  # the router's Context goes through, as invoke_read_tool forwards it
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
-            result = {"error": f"{type(e).__name__}: {e}"}
-        bounds = {"max_bytes": max_bytes} if self._bounds_per_call else {}
-        return self.router._bound_router_response(
-            result, offset=resume or 0, enable_cursor=True, tool_name=tool.name, tool_arguments=args, **bounds
-        )
+            return {"error": _error_text(e)}
+        return self._bounded(result, tool.name, args, resume or 0, max_bytes)
+
+    def _bounded(self, result: Any, name: str, args: dict[str, Any], offset: int, max_bytes: int) -> Any:
+        """The router's bounding of ``result``, within the entry's share (see ``_within_share``) and with
+        no secret left in a preview."""
+
+        def bound(value: Any, limit: int) -> Any:
+            bounds = {"max_bytes": limit} if self._bounds_per_call else {}
+            return self.router._bound_router_response(
+                value, offset=offset, enable_cursor=True, tool_name=name, tool_arguments=args, **bounds
+            )
+
+        answer = bound(result, max_bytes)
+        if _is_preview(answer):
+            # A preview is the result's JSON text, cut: the router's secret tokenizer reads keys and finds none
+            # in it. A batch entry's share is small enough that previews are common, so this one is made of
+            # the result with its secret-named keys' values blanked out.
+            result = without_secrets(result)
+            answer = bound(result, max_bytes)
+        if self._bounds_per_call:
+            answer = _within_share(answer, lambda limit: bound(result, limit), max_bytes)
+        return answer
+
+
+def _error_text(exc: Exception) -> str:
+    """``Type: message``; a message about invalid arguments names each field and what is wrong, never the
+    value given (the SDK's own text quotes it, and a value may be a secret the tokenizer put back)."""
+    invalid = _validation_error(exc)
+    if invalid is None:
+        return f"{type(exc).__name__}: {exc}"
+    fields = invalid.errors(include_url=False, include_input=False, include_context=False)
+    problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'arguments'}: {error['msg']}" for error in fields)
+    return f"{type(exc).__name__}: invalid arguments: {problems}"
+
+
+def _validation_error(exc: BaseException) -> pydantic.ValidationError | None:
+    """The pydantic ValidationError ``exc`` is, or was raised from (the SDK wraps it in its ToolError)."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None or isinstance(seen, pydantic.ValidationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+# The router's answer for a result too large for its share, with no list to page through: its JSON
+# text, cut to the share, under a "_response_bounds" marker.
+def _is_preview(answer: Any) -> bool:
+    return isinstance(answer, dict) and "_response_bounds" in answer and isinstance(answer.get("preview"), str)
+
+
+# How many times a clipped answer over its share is bounded again, each time to a share cut by how
+# far over it came: the router cuts a preview's text to the share, and the marker and the escaping
+# of the text inside JSON come on top (a third more for text full of quotes).
+SHARE_TRIES = 3
+
+
+def _within_share(answer: Any, bound_to: Callable[[int], Any], max_bytes: int) -> Any:
+    """``answer``, or the router's bounding of the same result to a smaller limit, so that it fits
+    ``max_bytes`` as the batch counts it: a batch whose results each fill their share loses none."""
+    limit = max_bytes
+    for _ in range(SHARE_TRIES):
+        if not (isinstance(answer, dict) and "_response_bounds" in answer):
+            return answer  # not clipped: the router found it within the limit
+        try:
+            size = budget.size(answer)
+        except (TypeError, ValueError, RecursionError):
+            return answer  # not plain JSON: the batch writes it as JSON and measures it then
+        if size <= max_bytes:
+            return answer
+        limit = max(1, limit * max_bytes // size - 1)
+        answer = bound_to(limit)
+    return answer
+
+
+# The keys CentralMCP treats as holding secrets (its tokenizer's and its redaction's rule): the key in
+# snake_case is one of these, or ends with one of the suffixes.
+SECRET_KEYS = frozenset({"auth", "authorization", "key", "community_string", "snmp_read", "snmp_write"})
+SECRET_KEY_ENDINGS = (
+    "api_key",
+    "apikey",
+    "credential",
+    "credentials",
+    "_key",
+    "passphrase",
+    "password",
+    "psk",
+    "secret",
+    "token",
+)
+BLANKED = "******"
+
+
+def is_secret_key(key: Any) -> bool:
+    words = _snake_case(str(key))
+    return words in SECRET_KEYS or words.endswith(SECRET_KEY_ENDINGS)
+
+
+def _snake_case(key: str) -> str:
+    """``signingSecret`` and ``Signing-Secret`` as ``signing_secret``: a word break before each capital
+    that follows a small letter or a digit, all in lower case, every run of other characters one ``_``."""
+    broken = "".join(
+        f"_{char}" if char in _CAPITALS and previous in _SMALL_OR_DIGIT else char
+        for previous, char in zip(" " + key, key, strict=False)
+    )
+    words = "".join(char if char in _SMALL_OR_DIGIT else " " for char in broken.strip().lower())
+    return "_".join(words.split())
+
+
+_CAPITALS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_SMALL_OR_DIGIT = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def without_secrets(value: Any) -> Any:
+    """``value`` with every secret-named key's value blanked out, at any depth."""
+    if isinstance(value, dict):
+        return {key: BLANKED if is_secret_key(key) else without_secrets(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_secrets(item) for item in value]
+    return value
 
 
 class CentralMCPRateGate:

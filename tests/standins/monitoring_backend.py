@@ -53,6 +53,28 @@ def check_webhook_secret(site_id: str, signing_secret: str) -> dict[str, Any]:
     return {"site_id": site_id, "valid": signing_secret == WEBHOOK_SECRET}
 
 
+@mcp.tool(annotations=READ_ONLY)
+def get_webhook_report(site_id: str, notes_kb: int = 20) -> dict[str, Any]:
+    # Large, and nothing in it is a list to page through: past its byte budget the router previews its text.
+    calls.append(("get_webhook_report", {"site_id": site_id, "notes_kb": notes_kb}))
+    webhook = {"url": f"https://hooks.example/{site_id}", "signing_secret": WEBHOOK_SECRET, "apiKey": WEBHOOK_SECRET}
+    return {"site_id": site_id, "webhook": webhook, "notes": "n" * (notes_kb * 1000)}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_running_config(serial: str, kb: int = 20) -> dict[str, Any]:
+    # Text full of quotes, which JSON escapes: a preview of it grows once more inside the batch's answer.
+    calls.append(("get_running_config", {"serial": serial, "kb": kb}))
+    line = 'snmp-server location "Building 7" contact "noc"\n'
+    return {"serial": serial, "config": line * (kb * 1000 // len(line))}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_webhook_by_number(number: int) -> dict[str, Any]:
+    calls.append(("get_webhook_by_number", {"number": number}))
+    return {"number": number}
+
+
 @mcp.tool(annotations=DIAGNOSTIC)
 def ping_device(serial: str) -> dict[str, Any]:
     calls.append(("ping_device", {"serial": serial}))
