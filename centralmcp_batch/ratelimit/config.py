@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
 
 from ..settings import Setting
@@ -19,20 +19,69 @@ BURST_ENV = "CENTRALMCP_ROUTER_RATE_BURST"
 RATE = Setting("CENTRALMCP_ROUTER_RATE_PER_SECOND", 8.0, 0.001, None, integer=False)
 DEFAULT_KEY = "central"
 STORE_FORMS = "memory, sqlite:///ABSOLUTE/PATH or redis://HOST:PORT/DB"
+SQLITE_PREFIX = "sqlite:///"
 
 
-def cache_dir(environ: Mapping[str, str]) -> Path:
-    """The user's cache directory, as each platform names it."""
-    home = Path(environ.get("HOME") or Path.home())
-    if sys.platform == "win32":
-        return Path(environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
-    if sys.platform == "darwin":
-        return home / "Library" / "Caches"
-    return Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
+def path_flavour(platform: str) -> type[PurePath]:
+    """How ``platform`` writes a path: Windows with a drive and either slash, the others from one root."""
+    return PureWindowsPath if platform == "win32" else PurePosixPath
 
 
-def default_store_url(environ: Mapping[str, str]) -> str:
-    return f"sqlite:///{cache_dir(environ) / 'centralmcp-batch' / 'rate.sqlite3'}"
+def cache_dir(environ: Mapping[str, str], platform: str | None = None) -> PurePath:
+    """The user's cache directory, as each platform names it (``platform`` defaults to this one)."""
+    platform = platform or sys.platform
+    flavour = path_flavour(platform)
+    if platform == "win32":
+        local = absolute_or_none(environ.get("LOCALAPPDATA"), flavour)
+        return local or home_dir(environ, flavour) / "AppData" / "Local"
+    if platform == "darwin":
+        return home_dir(environ, flavour) / "Library" / "Caches"
+    # The XDG spec: a relative XDG_CACHE_HOME is invalid and is to be ignored.
+    return absolute_or_none(environ.get("XDG_CACHE_HOME"), flavour) or home_dir(environ, flavour) / ".cache"
+
+
+def absolute_or_none(raw: str | None, flavour: type[PurePath]) -> PurePath | None:
+    path = flavour(raw or "")
+    return path if path.is_absolute() else None
+
+
+def home_dir(environ: Mapping[str, str], flavour: type[PurePath]) -> PurePath:
+    """HOME, or the account's home when HOME is unset.
+
+    A relative or empty HOME is an error: resolved against each process's working directory (or
+    read as the root), it would give each router a file of its own, and a bucket of its own.
+    """
+    raw = environ["HOME"] if "HOME" in environ else str(Path.home())
+    home = absolute_or_none(raw, flavour)
+    if home is None:
+        raise ValueError(
+            f"HOME={raw!r} is not an absolute path, so the default {STORE_ENV} (a SQLite file in the "
+            f"user cache dir) has no place: set HOME to an absolute path, or set {STORE_ENV}"
+        )
+    return home
+
+
+def default_store_url(environ: Mapping[str, str], platform: str | None = None) -> str:
+    return f"{SQLITE_PREFIX}{cache_dir(environ, platform) / 'centralmcp-batch' / 'rate.sqlite3'}"
+
+
+def sqlite_path(url: str, flavour: type[PurePath]) -> PurePath:
+    """The file a ``sqlite:///PATH`` URL names, PATH written as ``flavour`` writes an absolute path.
+
+    As in SQLAlchemy, everything after the third slash is the path: an absolute POSIX path shows a
+    fourth slash (sqlite:////home/me/rate.sqlite3), a Windows one its drive (sqlite:///C:/rate.sqlite3).
+    A relative path is refused: each process would resolve it against its own working directory, so
+    routers started from different directories would not share a bucket.
+    """
+    written = url[len(SQLITE_PREFIX) :]
+    path = flavour(written)
+    if not path.is_absolute() or path.name == "":
+        example = flavour("C:/cache/rate.sqlite3" if flavour is PureWindowsPath else "/var/cache/rate.sqlite3")
+        raise ValueError(
+            f"{STORE_ENV}={url!r}: the SQLite path must be absolute and name a file, and {written!r} does not; "
+            f"everything after {SQLITE_PREFIX} is the path, so the file {example} is {SQLITE_PREFIX}{example}"
+        )
+    return path
 
 
 def open_store(url: str) -> Store:
@@ -40,11 +89,8 @@ def open_store(url: str) -> Store:
     scheme = urlsplit(url).scheme.lower()
     if url == "memory":
         return MemoryStore()
-    if scheme == "sqlite" and url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") - 1 :])  # keep the leading slash: the path is absolute
-        if not path.is_absolute() or path.name == "":
-            raise ValueError(f"{STORE_ENV}={url!r}: the SQLite path must be absolute (sqlite:///ABSOLUTE/PATH)")
-        return SqliteStore(path)
+    if scheme == "sqlite" and url.startswith(SQLITE_PREFIX):
+        return SqliteStore(Path(sqlite_path(url, path_flavour(sys.platform))))
     if scheme in ("redis", "rediss") and urlsplit(url).hostname:
         from .redis_store import RedisStore
 
