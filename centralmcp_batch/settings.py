@@ -46,7 +46,7 @@ class Setting:
         if clamped is None:
             return self.default
         if clamped != value:
-            _report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
+            report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
         return clamped
 
     def clamp(self, value: float) -> float | None:
@@ -59,7 +59,8 @@ class Setting:
         return value if math.isfinite(value) else None
 
 
-def _report_once(env: str, raw: str, message: str) -> None:
+def report_once(env: str, raw: str, message: str) -> None:
+    """Log ``message`` once per variable and value (a setting may be read on every call)."""
     if (env, raw) not in _REPORTED:
         _REPORTED.add((env, raw))
         log.warning(message)

@@ -1,10 +1,11 @@
-"""The limiter's configuration: where the SQLite store lives on each platform.
+"""The limiter's configuration: where the SQLite store lives on each platform, and the burst.
 
 The path parsing takes the platform's path flavour, so the Windows rules are held on any machine.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
@@ -12,12 +13,16 @@ import pytest
 
 from centralmcp_batch.ratelimit import SqliteStore, limiter_from_env
 from centralmcp_batch.ratelimit.config import (
+    BURST_ENV,
     STORE_ENV,
     cache_dir,
     default_store_url,
     path_flavour,
     sqlite_path,
 )
+
+SETTINGS_LOG = "centralmcp_batch.settings"
+
 
 # -- a SQLite URL -----------------------------------------------------------------------
 
@@ -106,3 +111,37 @@ def test_no_default_store_is_built_from_a_relative_or_empty_home(platform: str, 
 
 def test_a_store_that_is_named_needs_no_home() -> None:
     assert limiter_from_env({"HOME": "", STORE_ENV: "memory"}).store.url == "memory"
+
+
+# -- the burst --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1", 1),
+        ("1.0", 1),
+        ("1e0", 1),
+        (" 3 ", 3),
+        ("2.5", 2),  # rounded down, never up to the default
+        ("0", 1),
+        ("0.5", 1),
+        ("four", 10),
+        ("nan", 10),
+        ("", 10),
+    ],
+)
+def test_the_burst_is_a_whole_number_of_tokens(raw: str, expected: int) -> None:
+    environ = {STORE_ENV: "memory", "CENTRALMCP_ROUTER_RATE_PER_SECOND": "10", BURST_ENV: raw}
+    assert limiter_from_env(environ).burst == expected
+
+
+def test_a_burst_rounded_down_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    environ = {STORE_ENV: "memory", BURST_ENV: "3.75"}
+    with caplog.at_level(logging.WARNING, logger=SETTINGS_LOG):
+        bursts = [limiter_from_env(environ).burst for _ in range(3)]
+        limiter_from_env({STORE_ENV: "memory", BURST_ENV: "4.0"})  # whole: nothing to say
+    assert bursts == [3, 3, 3]
+    assert [record.getMessage() for record in caplog.records if BURST_ENV in record.getMessage()] == [
+        f"{BURST_ENV}='3.75' is not a whole number; using 3, rounded down"
+    ]

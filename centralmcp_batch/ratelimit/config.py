@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
 
-from ..settings import Setting
+from ..settings import Setting, report_once
 from .limiter import RateLimiter, Store
 from .memory import MemoryStore
 from .sqlite import SqliteStore
@@ -99,7 +100,16 @@ def open_store(url: str) -> Store:
 
 
 def burst(environ: Mapping[str, str], rate: float) -> int:
-    return int(Setting(BURST_ENV, max(2, int(rate)), 1).read(environ))
+    """The burst, a count of tokens: a number that is not whole is rounded down (logged once).
+
+    Down, not to the default: the default may be several times the burst asked for.
+    """
+    value = Setting(BURST_ENV, max(2, int(rate)), 1, integer=False).read(environ)
+    whole = math.floor(value)
+    if whole != value:
+        raw = environ.get(BURST_ENV, "").strip()
+        report_once(BURST_ENV, raw, f"{BURST_ENV}={raw!r} is not a whole number; using {whole}, rounded down")
+    return whole
 
 
 def limiter_from_env(environ: Mapping[str, str] | None = None) -> RateLimiter:
