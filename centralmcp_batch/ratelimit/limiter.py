@@ -3,6 +3,9 @@
 A store that fails (unreachable, locked, corrupt, unwritable) never stops a call: this
 process paces itself with a local bucket at the configured rate, logs the outage once, tries
 the store again every ``retry_seconds`` and logs when it has rejoined.
+
+The local bucket sees every slot this process hands out, shared or not, so one process keeps
+the configured rate and burst on its own across both switches.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class RateLimiter:
         self.store, self.rate, self.burst, self.key = store, rate, burst, key
         self.interval = 1.0 / rate
         self.retry_seconds = retry_seconds
-        self._local = MemoryStore()
+        self._local = MemoryStore()  # this process's own slots, on the monotonic clock its waits use
         # A memory store can neither block nor fail, so it needs no queue, time limit or fallback:
         # its reservation is one step of the event loop, atomic and in call order by itself.
         self._instant = store if isinstance(store, MemoryStore) else None
@@ -63,22 +66,33 @@ class RateLimiter:
             await anyio.sleep(wait)
 
     async def _reserve(self) -> float:
-        if self._outage_since is None or time.monotonic() >= self._next_try:
-            try:
-                with anyio.fail_after(STORE_TIMEOUT_SECONDS):
-                    wait = await self.store.reserve(self.key, self.interval, self.burst)
-            except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
-                self._store_failed(exc)
-            else:
-                self._store_answered()
-                return wait
-        return await self._local.reserve(self.key, self.interval, self.burst)
+        # Under the store, this process's slots are a part of the account's, so its own bucket never
+        # holds one back (bar a round trip's jitter); it only remembers them. A fresh local bucket at
+        # an outage would grant a burst on top of the slots already reserved in the store, and a store
+        # that rejoins, drained meanwhile, would grant again the time already granted locally.
+        shared_wait = await self._reserve_in_store()
+        return self._local.reserve_now(self.key, self.interval, self.burst, not_before=time.monotonic() + shared_wait)
+
+    async def _reserve_in_store(self) -> float:
+        """Seconds until the store's slot for the next token; 0 while it is down (the local bucket paces)."""
+        if self._outage_since is not None and time.monotonic() < self._next_try:
+            return 0.0
+        try:
+            with anyio.fail_after(STORE_TIMEOUT_SECONDS):
+                wait = await self.store.reserve(self.key, self.interval, self.burst)
+        except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
+            self._store_failed(exc)
+            return 0.0
+        self._store_answered()
+        return wait
 
     def _store_failed(self, exc: Exception) -> None:
         self._next_try = time.monotonic() + self.retry_seconds
         if self._outage_since is None:
             self._outage_since = time.monotonic()
-            reason = str(exc) or type(exc).__name__
+            # The time limit's TimeoutError has no message of its own
+            timed_out = f"no answer within {STORE_TIMEOUT_SECONDS:g} s" if isinstance(exc, TimeoutError) else ""
+            reason = str(exc) or timed_out or type(exc).__name__
             log.warning(
                 "rate store %s failed: %s; pacing this process locally at %g/s, retrying every %g s",
                 self.store.url,

@@ -18,10 +18,16 @@ class MemoryStore:
     async def reserve(self, key: str, interval: float, burst: int) -> float:
         return self.reserve_now(key, interval, burst)
 
-    def reserve_now(self, key: str, interval: float, burst: int) -> float:
-        """The same reservation without awaiting: nothing here can block or fail."""
-        self._tats[key], wait = gcra.reserve(self._tats.get(key, 0.0), time.monotonic(), interval, burst)
-        return wait
+    def reserve_now(self, key: str, interval: float, burst: int, not_before: float = 0.0) -> float:
+        """The same reservation without awaiting: nothing here can block or fail.
+
+        ``not_before`` (on the monotonic clock) is the earliest the slot may be, when another
+        bucket has already put it later than now: the token counts from then, as if it came then.
+        """
+        now = time.monotonic()
+        arrival = max(now, not_before)
+        self._tats[key], wait = gcra.reserve(self._tats.get(key, 0.0), arrival, interval, burst)
+        return arrival - now + wait
 
     async def close(self) -> None:
         self._tats.clear()

@@ -3,16 +3,24 @@
 Each reservation is one ``BEGIN IMMEDIATE`` transaction (read the TAT, write the next), so
 processes take the file's write lock in turn and the arithmetic is atomic across them. Time
 is the wall clock, the one clock every process on the machine shares. It runs in a worker
-thread so a busy file never stalls the event loop.
+thread so a busy file never stalls the event loop, and one that hangs (a frozen or unreachable
+file system) is left behind when the limiter's time is up.
+
+The file may be deleted or replaced while routers run (a cache cleaner, or a user repairing a
+corrupt file): at most once a second the store checks that its path still names the file it
+has open, and opens the path again if not, so every process shares one bucket again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import random
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -22,6 +30,9 @@ from .errors import StoreUnavailable
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_buckets (key TEXT PRIMARY KEY, tat REAL NOT NULL)"
 BUSY_SECONDS = 1.0  # a lock held longer than this is a fault, not contention
+CHECK_SECONDS = 1.0  # how often the path is checked against the file that is open
+
+log = logging.getLogger(__name__)
 
 
 def _is_locked(exc: sqlite3.Error) -> bool:
@@ -40,6 +51,14 @@ def _what_is_wrong(exc: sqlite3.Error, busy_seconds: float) -> str:
     return "unusable"
 
 
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 class SqliteStore:
     """Buckets in the SQLite file at ``path`` (created, with its directory, on first use)."""
 
@@ -47,19 +66,52 @@ class SqliteStore:
         self.path, self.busy_seconds = path, busy_seconds
         self.url = f"sqlite:///{path}"
         self._conn: sqlite3.Connection | None = None
+        self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the connection has open
+        self._next_check = 0.0
         self._lock = threading.Lock()  # one connection, used by one worker thread at a time
+        self._held_since: float | None = None  # when the lock was taken, on the monotonic clock
 
     async def reserve(self, key: str, interval: float, burst: int) -> float:
-        return await anyio.to_thread.run_sync(self._reserve, key, interval, burst)
+        # Abandoned on cancel: a thread stuck in a hung file system must not hold its caller (and
+        # the limiter's time limit) hostage; it finishes, or not, on its own.
+        return await anyio.to_thread.run_sync(self._reserve, key, interval, burst, abandon_on_cancel=True)
 
     def _reserve(self, key: str, interval: float, burst: int) -> float:
-        with self._lock:
+        with self._connection_lock():
             try:
+                self._reopen_if_moved()
                 return self._transaction(self._connection(), key, interval, burst)
             except (sqlite3.Error, OSError) as exc:
                 self._drop_connection()  # reopen next time: the file may have been repaired or replaced
                 reason = _what_is_wrong(exc, self.busy_seconds) if isinstance(exc, sqlite3.Error) else "unusable"
                 raise StoreUnavailable(f"SQLite file {self.path} is {reason} ({type(exc).__name__}: {exc})") from exc
+
+    @contextlib.contextmanager
+    def _connection_lock(self) -> Iterator[None]:
+        # A holder past the busy limit is a thread left behind in a hung file system: waiting for it
+        # would stall every retry of the limiter, so that is an outage at once (at the limit at most).
+        held_since = self._held_since
+        patience = self.busy_seconds if held_since is None else held_since + self.busy_seconds - time.monotonic()
+        if not self._lock.acquire(timeout=max(0.0, patience)):
+            raise StoreUnavailable(
+                f"SQLite file {self.path} is still held by an earlier reservation after {self.busy_seconds:g} s"
+                " (a hung file system?)"
+            )
+        self._held_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self._held_since = None
+            self._lock.release()
+
+    def _reopen_if_moved(self) -> None:
+        if self._conn is None or time.monotonic() < self._next_check:
+            return
+        self._next_check = time.monotonic() + CHECK_SECONDS
+        if _file_id(self.path) != self._file_id:
+            # Left open, the old file would be this process's own bucket from now on, silently.
+            log.warning("rate store file %s was deleted or replaced; opening it again to share its bucket", self.path)
+            self._drop_connection()
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -76,6 +128,8 @@ class SqliteStore:
                     if not _is_locked(exc) or time.monotonic() >= give_up:
                         raise
                     time.sleep(random.uniform(0.005, 0.025))
+            self._file_id = _file_id(self.path)
+            self._next_check = time.monotonic() + CHECK_SECONDS
         return self._conn
 
     def _set_up(self) -> sqlite3.Connection:
@@ -113,5 +167,8 @@ class SqliteStore:
             self._conn = None
 
     async def close(self) -> None:
-        with self._lock:
-            self._drop_connection()
+        await anyio.to_thread.run_sync(self._close, abandon_on_cancel=True)
+
+    def _close(self) -> None:
+        with contextlib.suppress(StoreUnavailable), self._connection_lock():
+            self._drop_connection()  # unless a thread stuck in a hung file system has it: it goes with the process
