@@ -11,6 +11,7 @@ managers and its response bounding. A router adopts the plugin with :func:`adopt
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -103,19 +104,21 @@ class CentralMCPHooks:
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
             return {"error": _error_text(e)}
-        return self._bounded(result, tool.name, args, resume or 0, max_bytes)
+        answer = self._bound(result, max_bytes, resume or 0, tool.name, args)
+        if type(answer) is dict and "_response_bounds" in answer:  # clipped: a page, or a preview of the text
+            bound = functools.partial(self._bound, offset=resume or 0, name=tool.name, args=args)
+            answer = self._refit(answer, result, bound, max_bytes)
+        return answer
 
-    def _bounded(self, result: Any, name: str, args: dict[str, Any], offset: int, max_bytes: int) -> Any:
-        """The router's bounding of ``result``, within the entry's share (see ``_within_share``) and with
-        no secret left in a preview."""
+    def _bound(self, value: Any, limit: int, offset: int, name: str, args: dict[str, Any]) -> Any:
+        """The router's own bounding of ``value``, to ``limit`` bytes where the router takes a limit per call."""
+        bounds = {"max_bytes": limit} if self._bounds_per_call else {}
+        return self.router._bound_router_response(
+            value, offset=offset, enable_cursor=True, tool_name=name, tool_arguments=args, **bounds
+        )
 
-        def bound(value: Any, limit: int) -> Any:
-            bounds = {"max_bytes": limit} if self._bounds_per_call else {}
-            return self.router._bound_router_response(
-                value, offset=offset, enable_cursor=True, tool_name=name, tool_arguments=args, **bounds
-            )
-
-        answer = bound(result, max_bytes)
+    def _refit(self, answer: Any, result: Any, bound: Callable[[Any, int], Any], max_bytes: int) -> Any:
+        """A clipped answer with no secret left in a preview, and within the entry's share (see ``_within_share``)."""
         if _is_preview(answer):
             # A preview is the result's JSON text, cut: the router's secret tokenizer reads keys and finds none
             # in it. A batch entry's share is small enough that previews are common, so this one is made of
@@ -123,7 +126,7 @@ class CentralMCPHooks:
             result = without_secrets(result)
             answer = bound(result, max_bytes)
         if self._bounds_per_call:
-            answer = _within_share(answer, lambda limit: bound(result, limit), max_bytes)
+            answer = _within_share(answer, functools.partial(bound, result), max_bytes)
         return answer
 
 
