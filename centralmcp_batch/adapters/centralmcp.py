@@ -105,7 +105,7 @@ class CentralMCPHooks:
         except Exception as e:
             return {"error": _error_text(e)}
         answer = self._bound(result, max_bytes, resume or 0, tool.name, args)
-        if type(answer) is dict and "_response_bounds" in answer:  # clipped: a page, or a preview of the text
+        if _clipped(answer):  # a page, or a preview of the text
             bound = functools.partial(self._bound, offset=resume or 0, name=tool.name, args=args)
             answer = self._refit(answer, result, bound, max_bytes)
         return answer
@@ -151,10 +151,15 @@ def _validation_error(exc: BaseException) -> pydantic.ValidationError | None:
     return None
 
 
+def _clipped(answer: Any) -> bool:
+    """Whether the router clipped the answer: its bounds marker is on it."""
+    return type(answer) is dict and "_response_bounds" in answer
+
+
 # The router's answer for a result too large for its share, with no list to page through: its JSON
 # text, cut to the share, under a "_response_bounds" marker.
 def _is_preview(answer: Any) -> bool:
-    return isinstance(answer, dict) and "_response_bounds" in answer and isinstance(answer.get("preview"), str)
+    return _clipped(answer) and isinstance(answer.get("preview"), str)
 
 
 # How many times a clipped answer over its share is bounded again, each time to a share cut by how
@@ -168,8 +173,8 @@ def _within_share(answer: Any, bound_to: Callable[[int], Any], max_bytes: int) -
     ``max_bytes`` as the batch counts it: a batch whose results each fill their share loses none."""
     limit = max_bytes
     for _ in range(SHARE_TRIES):
-        if not (isinstance(answer, dict) and "_response_bounds" in answer):
-            return answer  # not clipped: the router found it within the limit
+        if not _clipped(answer):
+            return answer  # the router found it within the limit
         try:
             size = budget.size(answer)
         except (TypeError, ValueError, RecursionError):
