@@ -49,6 +49,9 @@ SERVER_NAME_RESERVE = 64
 # raw answer at a time; slower ones get the full concurrency at most this much late, once per
 # batch. A worker thread's hop took 0.1-0.5 ms on the benchmark machine, and now and then over 1 ms.
 RAMP_WAIT = 0.002
+# Once the batch time limit has passed, the progress of the entries it answered is told within this
+# many seconds: a client that stopped reading its notifications cannot hold the answer any longer.
+REPORT_GRACE = 1.0
 
 
 # Plain slotted classes, not frozen ones: a frozen dataclass sets each field through
@@ -566,6 +569,7 @@ class _Run:
         self.waited = 0.0  # seconds the entries have waited, while workers may still start
         self.began = 0.0  # time.monotonic() when the entries started
         self.stop_at = math.inf  # time.monotonic() at which the batch time limit passes; set as the run starts
+        self.progress_by: float | None = None  # anyio.current_time() by which progress is told; None: unbounded
 
     async def run_all(self) -> None:
         # Up to ``concurrency`` workers take the valid entries in call order: the same bound as one
@@ -736,6 +740,13 @@ class _Run:
         if not self.reports_progress:
             self.done += 1
             return
+        if self.progress_by is None:
+            await self.tell_progress(item)
+            return
+        with anyio.CancelScope(deadline=self.progress_by):  # past the batch limit: an untold report is dropped
+            await self.tell_progress(item)
+
+    async def tell_progress(self, item: dict[str, Any]) -> None:
         if self.progress_lock is None:
             self.progress_lock = _uncontended_lock()
         async with self.progress_lock:
@@ -743,7 +754,9 @@ class _Run:
             await self.observer.progress(self.done, len(self.entries), _progress_message(item))
 
     async def report_deadline(self) -> None:
+        """Answer each entry the batch time limit left unanswered, its progress told within REPORT_GRACE."""
         limit = self.settings.batch_timeout
+        self.progress_by = anyio.current_time() + REPORT_GRACE
         for index, item in enumerate(self.items):
             if item is not None:
                 continue

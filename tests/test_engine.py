@@ -750,6 +750,34 @@ async def test_a_stalled_progress_report_does_not_hold_a_batch_past_its_limit() 
     assert response["results"][0]["error"] == engine.call_timed_out(0.05)
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_stalled_progress_reports_of_the_batch_limit_are_cut_after_a_grace(
+    concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three entries still running or waiting when the batch limit passes: the limit answers them
+    # after it, and each of their reports would have waited 30 s on a client that stopped reading.
+    monkeypatch.setattr(engine, "REPORT_GRACE", 0.2)
+
+    async def hangs(call: ValidCall) -> None:
+        await anyio.sleep(30)
+
+    observer = StalledProgress()
+    items: list[dict[str, Any]] = []
+    observer.item_completed = lambda item, seconds: items.append(item)  # type: ignore[method-assign]
+    started = time.monotonic()
+    with anyio.fail_after(20):
+        response = await engine.run_batch(
+            [{"name": "hangs"}] * 3,
+            dispatching_reader(hangs),
+            settings(concurrency=concurrency, call_timeout=10, batch_timeout=0.3),
+            observer,
+        )
+    assert time.monotonic() - started < 5  # limit 0.3 s and grace 0.2 s; it was 90 s, a report at a time
+    assert [item["status"] for item in response["results"]] == ["error"] * 3
+    assert all("the batch time limit of 0.3s passed" in item["error"] for item in response["results"])
+    assert sorted(item["index"] for item in items) == [0, 1, 2]  # every item kept and observed, told or not
+
+
 async def test_a_cancellation_that_tips_the_ramp_starts_no_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     # The client cancels while entry 1 waits, before the ramp fires; the cancelled wait tips the
     # waits past RAMP_WAIT and half the batch's time, so ``resumed`` starts the other workers in
