@@ -227,6 +227,7 @@ async def test_an_unwritable_sqlite_path_falls_back(tmp_path: Path, caplog: pyte
 # -- Redis ------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("error")  # the client is made as redis-py wants it: no warning at the sync Retry
 async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(redis_url: str) -> None:
     first, second = open_store(redis_url), open_store(redis_url)
     key = f"acct-{uuid.uuid4()}"

@@ -32,8 +32,8 @@ return string.format('%.6f', wait)
 def _client(url: str) -> Any:
     try:
         from redis.asyncio import Redis
+        from redis.asyncio.retry import Retry  # the asyncio client's own: redis 8 warns at a sync one
         from redis.backoff import NoBackoff
-        from redis.retry import Retry
     except ImportError:
         raise ValueError(
             f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
