@@ -45,6 +45,12 @@ async def _hang() -> Any:
     await anyio.sleep(3600)
 
 
+def _cyclic() -> dict[str, Any]:
+    answer: dict[str, Any] = {"rows": []}
+    answer["rows"].append(answer)
+    return answer
+
+
 def read_behaviours() -> dict[str, Behaviour]:
     return {
         "succeed": Behaviour(READ, lambda: {"rows": [1, 2, 3], "source": "hostile"}),
@@ -53,7 +59,9 @@ def read_behaviours() -> dict[str, Behaviour]:
         "error_dict": Behaviour(READ, lambda: {"error": "the backend said no " + "x" * 600}),
         "kept_blocked": Behaviour(READ, lambda: {"status": "blocked", "error": "backend-side refusal"}),
         "huge": Behaviour(READ, lambda: {"blob": "h" * HUGE_BYTES}),
-        "not_json": Behaviour(READ, lambda: {"value": math.nan, "set": {1, 2}}),
+        # Written as a single read would write it (NaN as null, a set as a list): an ok answer.
+        "not_plain_json": Behaviour(READ, lambda: {"value": math.nan, "set": {1, 2}}),
+        "not_json": Behaviour(READ, _cyclic),  # no JSON at all: that entry's error
     }
 
 

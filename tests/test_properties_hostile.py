@@ -44,6 +44,7 @@ READ_OUTCOMES = {
     "error_dict": "error",
     "kept_blocked": "blocked",
     "huge": "ok",
+    "not_plain_json": "ok",
     "not_json": "error",
 }
 ITEM_HEAD = ["index", "id", "tool", "server", "status"]
