@@ -45,6 +45,7 @@ class _ToolObserver:
         self.batch_started = hooks.batch_started
         self.item_completed = hooks.batch_item_completed
         self.batch_completed = hooks.batch_completed
+        self.batch_cancelled = hooks.batch_cancelled
         # Nobody to tell (called in process, or a request with no progress token): the engine
         # then skips the progress lock and call on every entry.
         self.reports_progress = _asks_for_progress(ctx)

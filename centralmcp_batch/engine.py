@@ -240,9 +240,10 @@ class Reader(Protocol):
 class Observer(Protocol):
     """Told as entries and the batch finish; every method must swallow its own failures.
 
-    ``batch_started``, ``item_completed`` and ``batch_completed`` may be ``def`` or ``async def``:
-    the engine awaits an answer that is not None, so an observer with nothing to wait for costs
-    no coroutine per entry.
+    ``batch_started``, ``item_completed``, ``batch_completed`` and ``batch_cancelled`` may be
+    ``def`` or ``async def``: the engine awaits an answer that is not None, so an observer with
+    nothing to wait for costs no coroutine per entry. ``batch_cancelled`` is told instead of
+    ``batch_completed`` when the batch is cancelled, shielded for REPORT_GRACE at most.
     """
 
     def batch_started(self, total: int) -> Awaitable[None] | None: ...
@@ -250,6 +251,8 @@ class Observer(Protocol):
     def item_completed(self, item: dict[str, Any], seconds: float) -> Awaitable[None] | None: ...
 
     def batch_completed(self, response: dict[str, Any], seconds: float) -> Awaitable[None] | None: ...
+
+    def batch_cancelled(self, seconds: float) -> Awaitable[None] | None: ...
 
     async def progress(self, done: int, total: int, message: str) -> None: ...
 
@@ -266,6 +269,9 @@ class QuietObserver:
         return None
 
     def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
+        return None
+
+    def batch_cancelled(self, seconds: float) -> None:
         return None
 
     async def progress(self, done: int, total: int, message: str) -> None:
@@ -816,10 +822,22 @@ async def run_batch(
     if told is not None:
         await told
     run = _Run(entries, reader, settings, observer, self_names)
-    await run.run_all()
+    try:
+        await run.run_all()
+    except anyio.get_cancelled_exc_class():  # the client, or the router shutting down: no answer will go out
+        await _tell_cancelled(observer, time.perf_counter() - started)
+        raise
     items = [item for item in run.items if item is not None]
     response = budget.fit(assemble(items), settings.response_max_bytes, run.sizes)
     told = observer.batch_completed(response, time.perf_counter() - started)
     if told is not None:
         await told
     return response
+
+
+async def _tell_cancelled(observer: Observer, seconds: float) -> None:
+    """Tell ``observer`` its batch was cancelled, shielded from the cancellation for REPORT_GRACE at most."""
+    with anyio.move_on_after(REPORT_GRACE, shield=True):
+        told = observer.batch_cancelled(seconds)
+        if told is not None:
+            await told

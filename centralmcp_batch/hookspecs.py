@@ -103,14 +103,15 @@ def centralmcp_batch_started(total: int) -> MaybeAwaitable:
     """A batch passed its whole-batch checks and is about to run. One that raises is logged and ignored.
 
     Called in the batch's own task before any entry starts, so a context variable set here is
-    seen by every ``centralmcp_batch_item_completed`` and the ``centralmcp_batch_completed`` of
-    this batch (a tracer parents its entry spans this way). A rejected batch starts nothing.
+    seen by every ``centralmcp_batch_item_completed`` and the ``centralmcp_batch_completed`` (or
+    ``centralmcp_batch_cancelled``) of this batch (a tracer parents its entry spans this way). A
+    rejected batch starts nothing.
 
     An implementation may answer ``False`` to hear nothing more of this batch: its plugin's
-    ``centralmcp_rate_token_waited``, ``centralmcp_batch_item_completed`` and
-    ``centralmcp_batch_completed`` are then not called for it, which spares every entry the calls
-    (a tracer with nowhere to send spans, a sampler that skips this batch). Any other answer,
-    None included, keeps listening.
+    ``centralmcp_rate_token_waited``, ``centralmcp_batch_item_completed``,
+    ``centralmcp_batch_completed`` and ``centralmcp_batch_cancelled`` are then not called for
+    it, which spares every entry the calls (a tracer with nowhere to send spans, a sampler that
+    skips this batch). Any other answer, None included, keeps listening.
 
     :param total: how many entries the batch has, valid or not.
     """
@@ -143,4 +144,18 @@ def centralmcp_batch_completed(response: Mapping[str, Any], seconds: float) -> M
 
     :param response: the response as returned to the client.
     :param seconds: how long the whole batch took.
+    """
+
+
+@hookspec
+def centralmcp_batch_cancelled(seconds: float) -> MaybeAwaitable:
+    """A batch was cancelled before it could answer: its client cancelled the request, or the
+    router is shutting down. No ``centralmcp_batch_completed`` follows. One that raises is logged
+    and ignored.
+
+    Called in the batch's own task as the cancellation passes through it, shielded from it for
+    a second at most, so an ``async def`` implementation can still finish its work (a tracer
+    ends the batch's span). The items of the entries that finished were told before.
+
+    :param seconds: how long the batch ran.
     """

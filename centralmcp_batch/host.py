@@ -42,10 +42,16 @@ SPEC_ARGS: dict[str, tuple[str, ...]] = {
     "centralmcp_rate_token_waited": ("tool", "seconds"),
     "centralmcp_batch_item_completed": ("item", "seconds"),
     "centralmcp_batch_completed": ("response", "seconds"),
+    "centralmcp_batch_cancelled": ("seconds",),
 }
 # What an observer that answered False to centralmcp_batch_started no longer hears of that batch.
 _AFTER_START = frozenset(
-    {"centralmcp_rate_token_waited", "centralmcp_batch_item_completed", "centralmcp_batch_completed"}
+    {
+        "centralmcp_rate_token_waited",
+        "centralmcp_batch_item_completed",
+        "centralmcp_batch_completed",
+        "centralmcp_batch_cancelled",
+    }
 )
 OBSERVERS = _AFTER_START | {"centralmcp_batch_started"}
 
@@ -255,6 +261,9 @@ class HookCalls:
     def batch_completed(self, response: Mapping[str, Any], seconds: float) -> Awaitable[None] | None:
         return self._notify("centralmcp_batch_completed", (response, seconds))
 
+    def batch_cancelled(self, seconds: float) -> Awaitable[None] | None:
+        return self._notify("centralmcp_batch_cancelled", (seconds,))
+
     def _notify(
         self, hook: str, args: tuple[Any, ...], heard: Callable[[Impl, Any], None] | None = None
     ) -> Awaitable[None] | None:
@@ -411,3 +420,6 @@ class HostHooks:
 
     async def batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
         await await_me_maybe(self.calls().batch_completed(response, seconds))
+
+    async def batch_cancelled(self, seconds: float) -> None:
+        await await_me_maybe(self.calls().batch_cancelled(seconds))

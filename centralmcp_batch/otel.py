@@ -181,6 +181,20 @@ class BatchTelemetry:
         span.end()
 
     @hookimpl
+    def centralmcp_batch_cancelled(self, seconds: float) -> None:
+        # A batch cancelled before it answered: its span ends as an error, not left open and never exported.
+        slot = self._current.get()
+        batch = None if slot is None else slot[0]
+        if slot is None or batch is None:  # its start was not told to this plugin: no span to end
+            return
+        self.batch_duration.record(seconds, {"centralmcp.batch.ok": False, "centralmcp.batch.cancelled": True})
+        slot[0] = None
+        self._current.set(None)
+        batch.span.set_attribute("centralmcp.batch.cancelled", True)
+        batch.span.set_status(trace.StatusCode.ERROR, "cancelled")
+        batch.span.end()
+
+    @hookimpl
     def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
         if self._skips():
             return
@@ -192,4 +206,5 @@ if AVAILABLE:
     centralmcp_batch_started = _global.centralmcp_batch_started
     centralmcp_batch_item_completed = _global.centralmcp_batch_item_completed
     centralmcp_batch_completed = _global.centralmcp_batch_completed
+    centralmcp_batch_cancelled = _global.centralmcp_batch_cancelled
     centralmcp_rate_token_waited = _global.centralmcp_rate_token_waited

@@ -805,3 +805,60 @@ async def test_a_cancellation_that_tips_the_ramp_starts_no_entry(monkeypatch: py
             tasks.start_soon(cancel_soon)
             await run([{"name": "a"}] * 10, read, concurrency=8)
     assert [index for index, at in started if at >= cancelled_at] == []
+
+
+class CancelWatcher(engine.QuietObserver):
+    """Records what the batch tells it of its end; its report of a cancellation waits ``report_wait``."""
+
+    def __init__(self, report_wait: float) -> None:
+        self.report_wait = report_wait
+        self.completed = 0
+        self.cancelled: list[float] = []  # the seconds told, once the report's own wait is over
+
+    def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
+        self.completed += 1
+
+    async def batch_cancelled(self, seconds: float) -> None:
+        await anyio.sleep(self.report_wait)  # an exporter's flush: the cancellation must not cut it
+        self.cancelled.append(seconds)
+
+
+async def cancel_mid_batch(watcher: CancelWatcher, concurrency: int) -> float:
+    """Run a batch whose second entry hangs, cancel it while it hangs; the seconds the cancel took."""
+    reached = anyio.Event()
+
+    async def backend(call: ValidCall) -> str:
+        if call.name == "hang":
+            reached.set()
+            await anyio.sleep(30)
+        return call.name
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(
+                engine.run_batch,
+                [{"name": "quick"}, {"name": "hang"}, {"name": "quick"}],
+                dispatching_reader(backend),
+                settings(concurrency=concurrency),
+                watcher,
+            )
+            await reached.wait()
+            await anyio.sleep(0.05)
+            cancelled_at = time.monotonic()
+            tasks.cancel_scope.cancel()
+    return time.monotonic() - cancelled_at
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_cancelled_batch_tells_its_observer_once_and_the_report_may_await(concurrency: int) -> None:
+    watcher = CancelWatcher(report_wait=0.05)
+    await cancel_mid_batch(watcher, concurrency)
+    assert watcher.completed == 0 and len(watcher.cancelled) == 1  # its awaited report finished, shielded
+    assert watcher.cancelled[0] >= 0.05  # how long the batch ran before the cancel
+
+
+async def test_a_cancelled_batchs_report_that_hangs_is_cut_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "REPORT_GRACE", 0.1)
+    watcher = CancelWatcher(report_wait=30)
+    took = await cancel_mid_batch(watcher, concurrency=1)
+    assert took < 5 and watcher.cancelled == []  # cut at 0.1 s; the cancellation still went through

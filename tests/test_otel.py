@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from hostile_hosts import HostileHost
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -368,3 +369,29 @@ def _no_global_provider_is_left_behind() -> Iterator[None]:
     before = type(trace.get_tracer_provider())
     yield
     assert type(trace.get_tracer_provider()) is before
+
+
+async def test_a_batch_the_client_cancels_ends_its_span_as_an_error_over_mcp(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "1")
+    host = HostileHost()
+    server = _compat.new_server("otel-cancel")
+    hosting.install(server, host, telemetry.plugin)
+    async with _compat.connect(server) as client:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks:
+                calls = [{"name": "succeed"}, {"name": "hang"}, {"name": "succeed"}]
+                tasks.start_soon(client.call_tool, "invoke_read_tool_batch", {"calls": calls})
+                while host.running == 0:
+                    await anyio.sleep(0.01)
+                tasks.cancel_scope.cancel()
+            while not telemetry.finished(otel.BATCH_SPAN):  # the server hears the cancel a moment later
+                await anyio.sleep(0.01)
+    (batch,) = telemetry.finished(otel.BATCH_SPAN)
+    assert batch.status.status_code is StatusCode.ERROR and batch.status.description == "cancelled"
+    assert batch.attributes["centralmcp.batch.cancelled"] is True
+    (entry,) = telemetry.finished(otel.ENTRY_SPAN)  # the one that finished before the cancel
+    assert entry.attributes["centralmcp.index"] == 0 and entry.parent.span_id == batch.context.span_id
+    (duration,) = telemetry.points("centralmcp.batch.duration")
+    assert dict(duration.attributes) == {"centralmcp.batch.ok": False, "centralmcp.batch.cancelled": True}
