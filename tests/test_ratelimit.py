@@ -26,6 +26,7 @@ from centralmcp_batch.ratelimit import (
     limiter_from_env,
     open_store,
 )
+from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.errors import StoreUnavailable
 from centralmcp_batch.ratelimit.gcra import reserve
 
@@ -133,6 +134,38 @@ def test_reservations_from_several_processes_are_never_lost(tmp_path: Path) -> N
     assert [p.wait(timeout=120) for p in processes] == [0] * 4
     (tat,) = sqlite3.connect(path).execute("SELECT tat FROM gcra_buckets WHERE key = 'k'").fetchone()
     assert started + 600 <= tat <= time.time() + 600
+
+
+class SteppedClock:
+    """The wall clock the SQLite store reads, set ahead of the real one by hand; its monotonic clock is the real one."""
+
+    def __init__(self, ahead: float) -> None:
+        self.ahead = ahead
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+async def test_a_wall_clock_stepped_back_keeps_the_queue_and_adds_no_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Routers that ran while the clock was an hour ahead (NTP steps it back after a resume, or a clock read
+    # from an RTC kept in local time) left the bucket's TAT an hour in the future: every router using the
+    # file, restarted ones too, then waited an hour for each token.
+    clock = SteppedClock(ahead=3600.0)
+    monkeypatch.setattr(sqlite_store, "time", clock)
+    path = tmp_path / "rate.db"
+    ahead = SqliteStore(path)
+    assert [await ahead.reserve("k", 0.1, 2) for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1], abs=0.05)
+    await ahead.close()
+    clock.ahead = 0.0  # stepped back; a router started now, on the same file
+    store = SqliteStore(path)
+    # The three slots taken just before still count, a tenth of a second each, not an hour
+    assert [await store.reserve("k", 0.1, 2) for _ in range(2)] == pytest.approx([0.2, 0.3], abs=0.05)
+    await store.close()
 
 
 # -- faults: every call completes, one log line per outage, rejoin ----------------------

@@ -16,3 +16,15 @@ def reserve(tat: float, now: float, interval: float, burst: int) -> tuple[float,
     """
     new_tat = max(tat, now) + interval
     return new_tat, max(0.0, new_tat - burst * interval - now)
+
+
+def rebase(tat: float, seen: float | None, now: float) -> float:
+    """``tat`` on a wall clock that reads ``now`` where the bucket's last reservation read ``seen``.
+
+    A clock stepped back (NTP after a resume, an RTC kept in local time) would leave the TAT that far in
+    the future, and every caller waiting that long; it moves back with the clock, so the slots still
+    queued keep their distance from now. A clock that went forward needs nothing: the TAT is simply past.
+    """
+    if seen is None or now >= seen:
+        return tat
+    return tat - (seen - now)

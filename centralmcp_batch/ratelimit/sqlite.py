@@ -2,7 +2,8 @@
 
 Each reservation is one ``BEGIN IMMEDIATE`` transaction (read the TAT, write the next), so
 processes take the file's write lock in turn and the arithmetic is atomic across them. Time
-is the wall clock, the one clock every process on the machine shares. It runs in a worker
+is the wall clock, the one clock every process on the machine shares; the time of each bucket's last
+reservation is kept beside it, so a clock stepped back moves the TAT back with it. It runs in a worker
 thread so a busy file never stalls the event loop, and one that hangs (a frozen or unreachable
 file system) is left behind when the limiter's time is up.
 
@@ -29,6 +30,9 @@ from . import gcra
 from .errors import StoreUnavailable
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_buckets (key TEXT PRIMARY KEY, tat REAL NOT NULL)"
+# When each bucket last reserved, by the wall clock. A table of its own, not a column, so that files and
+# routers of earlier versions work on unchanged: they never read it, and it is created where missing.
+CLOCK_SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_clock (key TEXT PRIMARY KEY, seen REAL NOT NULL)"
 BUSY_SECONDS = 1.0  # a lock held longer than this is a fault, not contention
 CHECK_SECONDS = 1.0  # how often the path is checked against the file that is open
 
@@ -138,6 +142,7 @@ class SqliteStore:
             conn.execute("PRAGMA journal_mode=WAL")  # readers never wait; writers queue on the lock
             conn.execute("PRAGMA synchronous=NORMAL")  # a bucket lost to a power cut costs one burst, no more
             conn.execute(SCHEMA)
+            conn.execute(CLOCK_SCHEMA)
         except sqlite3.Error:
             conn.close()
             raise
@@ -148,10 +153,17 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute("SELECT tat FROM gcra_buckets WHERE key = ?", (key,)).fetchone()
-            tat, wait = gcra.reserve(row[0] if row else 0.0, time.time(), interval, burst)  # time read under the lock
+            seen = conn.execute("SELECT seen FROM gcra_clock WHERE key = ?", (key,)).fetchone()
+            now = time.time()  # read under the lock, so the processes' readings are in order
+            tat = gcra.rebase(row[0] if row else 0.0, seen[0] if seen else None, now)
+            tat, wait = gcra.reserve(tat, now, interval, burst)
             conn.execute(
                 "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
                 (key, tat),
+            )
+            conn.execute(
+                "INSERT INTO gcra_clock (key, seen) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET seen = excluded.seen",
+                (key, now),
             )
             conn.execute("COMMIT")
         except BaseException:
