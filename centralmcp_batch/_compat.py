@@ -32,6 +32,7 @@ if SDK_2:
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.shared.exceptions import MCPError as ErrorResponse
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
     from mcp import ClientSession, StdioServerParameters
@@ -40,6 +41,7 @@ else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
     from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as Server
     from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.shared.exceptions import McpError as ErrorResponse
     from mcp.shared.memory import create_connected_server_and_client_session
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
@@ -152,8 +154,8 @@ async def call_server_tool(server: Any, name: str, arguments: Mapping[str, Any])
     if isinstance(raw, CallToolResult):
         return read_result(raw)
     if isinstance(raw, tuple):  # 1.x: (content blocks, structured content)
-        return Answer(is_error=False, structured=raw[1], text=_joined_text(raw[0]))
-    return Answer(is_error=False, text=_joined_text(raw))
+        return _from_blocks(raw[0], raw[1])
+    return _from_blocks(raw)
 
 
 def argument_errors(server: Any, name: str, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -338,12 +340,19 @@ class Answer:
     is_error: bool
     structured: Any | None = None
     text: str = ""
+    # every content block as its JSON, when some are not text (images, audio, resources, links)
+    blocks: tuple[dict[str, Any], ...] = ()
 
     @property
     def payload(self) -> Any:
-        """Structured content if given, else the text parsed as JSON, else the text."""
+        """Structured content if given, else the blocks when some are not text, else the text as JSON, else the text.
+
+        Reading only the text would answer an image, or a resource, as an empty ``ok``.
+        """
         if self.structured is not None:
             return self.structured
+        if self.blocks:
+            return {"content": list(self.blocks)}
         try:
             return json.loads(self.text)
         except ValueError:
@@ -354,13 +363,27 @@ def _joined_text(blocks: Sequence[Any]) -> str:
     return "\n".join(getattr(block, "text", "") for block in blocks if getattr(block, "type", None) == "text")
 
 
+def _non_text_blocks(blocks: Sequence[Any]) -> tuple[dict[str, Any], ...]:
+    """All of ``blocks`` as JSON when any is not text; none when all are (the joined text says it all)."""
+    if all(getattr(block, "type", None) == "text" for block in blocks):
+        return ()
+    return tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in blocks)
+
+
+def _from_blocks(blocks: Sequence[Any], structured: Any = None, *, is_error: bool = False) -> Answer:
+    return Answer(is_error, structured, _joined_text(blocks), _non_text_blocks(blocks))
+
+
 def read_result(result: Any) -> Answer:
     if SDK_2:
-        return Answer(bool(result.is_error), result.structured_content, _joined_text(result.content))
-    return Answer(bool(result.isError), result.structuredContent, _joined_text(result.content))
+        return _from_blocks(result.content, result.structured_content, is_error=bool(result.is_error))
+    return _from_blocks(result.content, result.structuredContent, is_error=bool(result.isError))
 
 
 # -- clients --------------------------------------------------------------------------
+
+
+MAX_TOOL_PAGES = 1_000
 
 
 @dataclass
@@ -371,9 +394,26 @@ class ClientHandle:
     tool_infos: list[ToolInfo] = field(default_factory=list)
 
     async def list_tools(self) -> list[ToolInfo]:
-        listed = await self.session.list_tools()
-        self.tool_infos = [_tool_info(tool) for tool in listed.tools]
+        """Every page of the server's tool list (a server may split it, with ``nextCursor``)."""
+        tools: list[Any] = []
+        cursor = None
+        for _ in range(MAX_TOOL_PAGES):  # a server handing out cursors for ever still ends
+            listed = await self._tools_page(cursor)
+            tools += listed.tools
+            cursor = listed.next_cursor if SDK_2 else listed.nextCursor
+            if not cursor:
+                break
+        self.tool_infos = [_tool_info(tool) for tool in tools]
         return self.tool_infos
+
+    async def _tools_page(self, cursor: str | None) -> Any:
+        if cursor is None:
+            return await self.session.list_tools()
+        if SDK_2:
+            return await self.session.list_tools(cursor=cursor)
+        from mcp.types import PaginatedRequestParams
+
+        return await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor))
 
     async def call_tool(
         self,
@@ -395,6 +435,22 @@ class ClientHandle:
                     await _send_cancelled(self.session, request_id)
             raise
         return read_result(result)
+
+    async def probe(self) -> None:
+        """One round trip that any live session answers; raises when the session does not.
+
+        2.x servers of the 2026-07-28 protocol no longer answer ``ping``, so 2.x asks for the
+        first page of the tool list instead, past the client's response cache.
+        """
+        if SDK_2:
+            await self.session.list_tools(cache_mode="bypass")
+        else:
+            await self.session.send_ping()
+
+
+def error_response_text(exc: BaseException) -> str | None:
+    """The message of the JSON-RPC error a peer answered a request with; None for any other failure."""
+    return exc.error.message if isinstance(exc, ErrorResponse) else None
 
 
 if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)

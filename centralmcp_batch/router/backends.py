@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,9 @@ from .. import _compat
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5
+# connect, initialize and list the tools within this; generous, as an npx server's first start downloads it
+HANDSHAKE_SECONDS = 120.0
+PROBE_SECONDS = 5.0  # after a failed call: a session that answers a probe within this is still sound
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,7 @@ class RemoteBackend:
     async def run(self) -> None:
         while True:
             try:
-                async with _compat.connect(_target(self.spec)) as client:
-                    self.tools = await client.list_tools()
-                    if self.on_tools is not None:
-                        self.on_tools(self.name, self.tools)
-                    self.client, self.error = client, None
-                    self.first_attempt.set()
-                    await self._broken.wait()
+                await self._session()
             except Exception as exc:  # a backend that will not start is reported, the rest serve on
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.warning("backend %r is unavailable: %s", self.name, self.error)
@@ -76,12 +74,58 @@ class RemoteBackend:
             self.first_attempt.set()
             await anyio.sleep(RECONNECT_DELAY)
 
+    async def _session(self) -> None:
+        """Open a session, publish its tools and hold it until it breaks.
+
+        The handshake (connect, initialize, the tool list) has a time limit: a backend that never
+        answers it, or an HTTP endpoint that swallows it, would otherwise hold this task forever,
+        and the backend would never be tried again.
+        """
+        with anyio.CancelScope(deadline=anyio.current_time() + HANDSHAKE_SECONDS) as handshake:
+            async with _compat.connect(_target(self.spec)) as client:
+                self.tools = await client.list_tools()
+                handshake.deadline = math.inf
+                if self.on_tools is not None:
+                    self.on_tools(self.name, self.tools)
+                self.client, self.error = client, None
+                self.first_attempt.set()
+                await self._broken.wait()
+        if handshake.cancelled_caught:
+            raise TimeoutError(f"no answer to the MCP handshake within {HANDSHAKE_SECONDS:g}s")
+
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
         client = self.client
         if client is None:
             raise ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
         try:
             return await client.call_tool(tool, arguments)
-        except Exception as exc:  # a tool's own failure is an answer, so a raise is the session failing
+        except Exception as exc:
+            # A JSON-RPC error, or an answer the client refuses, fails this call alone: tearing the
+            # session down for it would fail every other call in flight on it. Only a session that
+            # no longer answers is reopened.
+            if await _still_answers(client):
+                return _failed_call(exc)
             self._broken.set()  # the owning task reconnects for the next call
             raise ConnectionError(f"backend {self.name!r} went away: {type(exc).__name__}") from exc
+
+
+async def _still_answers(client: _compat.ClientHandle) -> bool:
+    with anyio.move_on_after(PROBE_SECONDS):
+        try:
+            await client.probe()
+        except Exception:
+            return False
+        return True
+    return False
+
+
+def _failed_call(exc: Exception) -> _compat.Answer:
+    """A call the backend answered with a JSON-RPC error, or that the client refused, as an error answer."""
+    message = _compat.error_response_text(exc)
+    if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
+        return _compat.Answer(is_error=True, text=message)
+    # e.g. structured content that breaks the tool's output schema; the detail after the
+    # colon quotes the answer, so only the head is kept
+    head = str(exc).split(":", 1)[0] if isinstance(exc, RuntimeError) else ""
+    why = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
+    return _compat.Answer(is_error=True, text=f"the router's MCP client refused the backend's answer ({why})")

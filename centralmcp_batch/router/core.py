@@ -134,7 +134,7 @@ class Router:
             raise HostContractError(f"duplicate backend tool name {tool!r}: served by {conflicts[tool]!r} and {name!r}")
         for name, remote in self.remotes.items():
             if remote.client is None:
-                why = remote.error
+                why = remote.error or f"no answer within {FIRST_CONNECT_SECONDS:g}s yet"
                 log.warning("backend %r did not start (%s); the others serve, and it joins when it comes up", name, why)
 
     @asynccontextmanager

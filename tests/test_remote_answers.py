@@ -1,0 +1,210 @@
+"""What a remote backend answers, beyond a plain JSON text, as ``invoke_read_tool`` and a batch entry see it.
+
+The backend is ``backends/hostile.py``, a real stdio subprocess that speaks bare JSON-RPC, so it can
+answer what no SDK server would: JSON-RPC errors to a call, answers the client refuses, images and
+resources, a paged tool list, requests of its own to the client, a handshake it never answers.
+Every case runs on both SDK lines (the router's client is the SDK's).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from centralmcp_batch import _compat
+from centralmcp_batch.router import Router, StdioBackend, backends, core
+from centralmcp_batch.testing import call
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+HOSTILE = str(Path(__file__).resolve().parent / "backends" / "hostile.py")
+REFUSED = "the router's MCP client refused the backend's answer"
+
+
+@pytest.fixture(autouse=True)
+def fast_limiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+
+
+def hostile_router(**env: str) -> Router:
+    return Router({"hostile": StdioBackend(sys.executable, (HOSTILE,), {**os.environ, **env})})
+
+
+async def batch(router: Router, *names: str) -> list[dict[str, Any]]:
+    with anyio.fail_after(30):
+        answer = await call(router.server, "invoke_read_tool_batch", {"calls": [{"name": name} for name in names]})
+    results: list[dict[str, Any]] = answer.structured["results"]
+    return results
+
+
+async def single(router: Router, name: str) -> dict[str, Any]:
+    with anyio.fail_after(30):
+        answer = await call(router.server, "invoke_read_tool", {"name": name})
+    result: dict[str, Any] = answer.structured
+    return result
+
+
+async def pid(router: Router) -> int:
+    return int((await single(router, "whoami"))["pid"])
+
+
+# -- a call that fails alone leaves the session, and the other calls on it, alone --------
+
+
+EXPECTED_ERRORS = {
+    "rpc_error": "no such thing here",  # the backend's JSON-RPC error message, as a tool's error text
+    "schema_mismatch": f"{REFUSED} (RuntimeError: Invalid structured content returned by tool schema_mismatch)",
+    "schema_missing": (
+        f"{REFUSED} (RuntimeError: Tool schema_missing has an output schema but did not return structured content)"
+    ),
+    "malformed": f"{REFUSED} (ValidationError)",
+}
+
+
+async def test_an_error_response_or_a_refused_answer_fails_only_its_own_entry() -> None:
+    router = hostile_router()
+    async with router.connected():
+        before, client = await pid(router), router.remotes["hostile"].client
+        names = [name for failing in EXPECTED_ERRORS for name in (failing, "plain")]
+        results = await batch(router, *names)
+        assert [item["status"] for item in results] == ["error", "ok"] * len(EXPECTED_ERRORS)
+        assert [item["error"] for item in results[::2]] == list(EXPECTED_ERRORS.values())
+        assert all(item["result"] == {"ok": 1} for item in results[1::2])
+        for name, error in EXPECTED_ERRORS.items():  # a single read says the same
+            assert await single(router, name) == {"error": error, "tool": name, "status": "error"}
+        assert await pid(router) == before and router.remotes["hostile"].client is client  # never reconnected
+
+
+# -- the whole tool list, over every page ---------------------------------------------
+
+
+async def test_every_page_of_a_paged_tool_list_reaches_the_catalog() -> None:
+    router = hostile_router(HOSTILE_PAGES="4", HOSTILE_EXTRA="30")
+    async with router.connected():
+        assert "extra_29" in router.catalog.entries and "plain" in router.catalog.entries
+        results = await batch(router, "extra_29", "extra_0", "plain")
+        assert [item["status"] for item in results] == ["ok", "ok", "ok"]
+        found = await call(router.server, "find_tool", {"query": "extra_29"})
+        assert [hit["name"] for hit in found.structured["results"]][:1] == ["extra_29"]
+
+
+# -- a handshake that is never answered is given up on, and tried again ------------------
+
+
+async def test_a_backend_that_never_answers_its_handshake_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backends, "HANDSHAKE_SECONDS", 1.0, raising=False)
+    monkeypatch.setattr(core, "FIRST_CONNECT_SECONDS", 10.0)
+    mute = tmp_path / "mute"
+    mute.write_text("")
+    router = hostile_router(HOSTILE_MUTE=str(mute))
+    with anyio.fail_after(30):
+        async with router.connected():
+            assert router.backend_errors == {"hostile": "TimeoutError: no answer to the MCP handshake within 1s"}
+            mute.unlink()  # the next start answers
+            while "plain" not in router.catalog.entries:
+                await anyio.sleep(0.1)
+            assert [item["status"] for item in await batch(router, "plain")] == ["ok"]
+
+
+# -- answers that are not one JSON text -----------------------------------------------
+
+PNG = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+CONTENT = {
+    "image_only": [PNG],
+    "audio_only": [{"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}],
+    "embedded": [{"type": "resource", "resource": {"uri": "file:///a.txt", "text": "inside"}}],
+    "link": [{"type": "resource_link", "uri": "file:///b.txt", "name": "b"}],
+    "text_and_image": [{"type": "text", "text": '{"n": 1}'}, PNG],
+}
+
+
+async def test_images_audio_and_resources_come_back_as_their_content_blocks() -> None:
+    router = hostile_router()
+    async with router.connected():
+        results = await batch(router, *CONTENT)
+        for item, (name, blocks) in zip(results, CONTENT.items(), strict=True):
+            assert item["status"] == "ok", item
+            assert item["result"]["content"] == blocks
+            alone = await single(router, name)
+            assert alone["content"] == blocks  # a single read and a batch entry agree
+
+
+async def test_other_answers_that_are_not_one_json_text() -> None:
+    router = hostile_router()
+    async with router.connected():
+        results = {item["tool"]: item for item in await batch(router, *EXPECTED_OTHERS)}
+        for name, expected in EXPECTED_OTHERS.items():
+            item = results[name]
+            assert {key: item[key] for key in expected} == expected, item
+            alone = await single(router, name)
+            if item["status"] == "ok":
+                assert alone == item["result"]
+            else:
+                assert alone == {"error": item["error"], "tool": name, "status": item["status"]}
+
+
+async def test_an_in_process_backend_answering_an_image_says_so_too() -> None:
+    types = importlib.import_module("mcp_types" if _compat.SDK_2 else "mcp.types")
+    server = _compat.new_server("pictures")
+
+    def snapshot():  # type: ignore[no-untyped-def]
+        return types.ImageContent(type="image", data=PNG["data"], mimeType="image/png")
+
+    snapshot.__annotations__["return"] = types.ImageContent
+    read = _compat.ToolAnnotations(readOnlyHint=True)
+    server.add_tool(snapshot, name="snapshot", annotations=read, structured_output=False)  # content blocks only
+    router = Router({"pictures": server})
+    item = (await batch(router, "snapshot"))[0]
+    assert item["status"] == "ok" and item["result"]["content"] == [PNG]
+    assert (await single(router, "snapshot"))["content"] == [PNG]
+
+
+EXPECTED_OTHERS: dict[str, dict[str, Any]] = {
+    "empty": {"status": "ok", "result": {"result": ""}},
+    "two_texts": {"status": "ok", "result": {"result": '{"a": 1}\n{"b": 2}'}},
+    "not_json": {"status": "ok", "result": {"result": "plain words, not JSON"}},
+    "disagree": {"status": "ok", "result": {"a": 1}},  # structured content wins over its text
+    "error_text": {"status": "error", "error": "the device said no"},
+    "error_structured": {"status": "error", "error": "the tool reported an error"},
+    # a JSON text holding a lone surrogate: no JSON response can carry it, so the entry fails
+    "surrogate": {"status": "error"},
+}
+
+
+# -- a backend that asks or tells the client things during a call ------------------------
+
+
+async def test_requests_and_notifications_from_a_backend_mid_call_neither_hang_nor_break_it() -> None:
+    router = hostile_router()
+    async with router.connected():
+        with anyio.fail_after(20):
+            results = await batch(router, "sampling", "elicit", "roots", "chatty", "plain")
+        assert [item["status"] for item in results] == ["ok"] * 5
+        # the router's client declines sampling, elicitation and roots: the backend hears an error
+        assert [item["result"] for item in results[:3]] == [{"client_answered": "error"}] * 3
+        assert results[3]["result"] == {"told": True}
+
+
+# -- hostile tool names ---------------------------------------------------------------
+
+
+async def test_hostile_tool_names() -> None:
+    router = hostile_router()
+    long_name = "x" * 10_000
+    async with router.connected():
+        results = await batch(router, "invoke_read_tool_batch", "find_tool", "odd name/with:chars é", long_name)
+        assert [item["status"] for item in results] == ["blocked", "ok", "ok", "invalid_call"]
+        assert results[0]["server"] is None  # the batch never calls itself, nor a backend tool of its name
+        assert results[1]["result"] == {"who": "backend find_tool"}  # a catalog name, not the router's tool
+        assert long_name not in json.dumps(results)
+        # a single read names the backend tool: the batch's own bounds are the batch's
+        assert await single(router, "invoke_read_tool_batch") == {"who": "backend"}
+        assert await single(router, long_name) == {"name_length": 10_000}
