@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
 
 from centralmcp_batch import HostContractError
 from centralmcp_batch.router import Router, StdioBackend
+from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
+BACKENDS_LOG = "centralmcp_batch.router.backends"
 NOT_READ_ONLY = (
     "Tool 'flip' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
 )
@@ -127,3 +130,25 @@ async def test_a_duplicate_name_at_start_up_is_still_an_error() -> None:
     assert any(
         isinstance(error, HostContractError) and "served by 'local' and 'remote'" in str(error) for error in errors
     )
+
+
+def test_a_backend_that_stays_down_is_tried_less_and_less_often() -> None:
+    backend = RemoteBackend("gone", StdioBackend("unused"))
+    delays = []
+    for failures in range(9):
+        backend.failures = failures
+        delays.append(backend.retry_delay())
+    assert delays == [0.5, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+async def test_a_backend_that_will_not_start_is_told_once_and_retried_with_a_growing_delay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = str(tmp_path / "no-such-backend")  # the spawn itself fails, at once, on every try
+    backend = RemoteBackend("gone", StdioBackend(missing))
+    with caplog.at_level(logging.DEBUG, logger=BACKENDS_LOG):
+        with anyio.move_on_after(3.2):  # tries at 0, 0.5, 1.5 and 3.5 s: three; a fixed 0.5 s made seven
+            await backend.run()
+    tries = [record for record in caplog.records if "is unavailable" in record.getMessage()]
+    assert 2 <= len(tries) <= 4 and backend.client is None and backend.failures == len(tries)
+    assert [record.levelno for record in tries] == [logging.WARNING] + [logging.DEBUG] * (len(tries) - 1)

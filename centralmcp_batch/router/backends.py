@@ -13,7 +13,8 @@ import anyio
 from .. import _compat
 
 log = logging.getLogger(__name__)
-RECONNECT_DELAY = 0.5
+RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
+MAX_RECONNECT_DELAY = 30.0  # the delay doubles while the backend stays down, up to this
 # connect, initialize and list the tools within this; generous, as an npx server's first start downloads it
 HANDSHAKE_SECONDS = 120.0
 PROBE_SECONDS = 5.0  # after a failed call: a session that answers a probe within this is still sound
@@ -61,18 +62,30 @@ class RemoteBackend:
     def __post_init__(self) -> None:
         self.first_attempt = anyio.Event()
         self._broken = anyio.Event()
+        self.failures = 0  # opens failed in a row
 
     async def run(self) -> None:
         while True:
             try:
                 await self._session()
             except Exception as exc:  # a backend that will not start is reported, the rest serve on
-                self.error = f"{type(exc).__name__}: {exc}"
-                log.warning("backend %r is unavailable: %s", self.name, self.error)
+                self._failed(f"{type(exc).__name__}: {exc}")
             self.client = None
             self._broken = anyio.Event()
             self.first_attempt.set()
-            await anyio.sleep(RECONNECT_DELAY)
+            await anyio.sleep(self.retry_delay())
+
+    def retry_delay(self) -> float:
+        """RECONNECT_DELAY after a session that was open, doubling with each failed open up to MAX_RECONNECT_DELAY."""
+        return min(RECONNECT_DELAY * 2.0 ** max(0, self.failures - 1), MAX_RECONNECT_DELAY)
+
+    def _failed(self, error: str) -> None:
+        # Told once per outage, and again when the reason changes: a backend that stays down is
+        # tried for as long as the router runs, which is no reason to repeat itself.
+        level = logging.WARNING if self.failures == 0 or error != self.error else logging.DEBUG
+        self.failures += 1
+        self.error = error
+        log.log(level, "backend %r is unavailable: %s", self.name, error)
 
     async def _session(self) -> None:
         """Open a session, publish its tools and hold it until it breaks.
@@ -87,7 +100,9 @@ class RemoteBackend:
                 handshake.deadline = math.inf
                 if self.on_tools is not None:
                     self.on_tools(self.name, self.tools)
-                self.client, self.error = client, None
+                if self.failures:
+                    log.warning("backend %r is back after %d failed tries", self.name, self.failures)
+                self.client, self.error, self.failures = client, None, 0
                 self.first_attempt.set()
                 await self._broken.wait()
         if handshake.cancelled_caught:
