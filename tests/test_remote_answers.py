@@ -8,15 +8,22 @@ Every case runs on both SDK lines (the router's client is the SDK's).
 
 from __future__ import annotations
 
+import http.server
 import importlib
 import json
+import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 from centralmcp_batch import _compat
 from centralmcp_batch.router import Router, StdioBackend, backends, core
@@ -208,3 +215,53 @@ async def test_hostile_tool_names() -> None:
         # a single read names the backend tool: the batch's own bounds are the batch's
         assert await single(router, "invoke_read_tool_batch") == {"who": "backend"}
         assert await single(router, long_name) == {"name_length": 10_000}
+
+
+# -- why a backend cannot be reached, as the log and the entries tell it --------------------
+
+URL_TOKEN = "tok-9f2c1e"
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_DELETE = do_POST
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def unauthorized_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/mcp?token={URL_TOKEN}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_an_http_backend_that_refuses_is_told_by_what_it_said_and_never_by_its_url(
+    unauthorized_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = backends.RemoteBackend("guarded", backends.HttpBackend(unauthorized_url))
+    with caplog.at_level(logging.WARNING, logger=backends.__name__), anyio.move_on_after(1.5):
+        await backend.run()
+    told = [record.getMessage() for record in caplog.records if record.name == backends.__name__]
+    assert backend.error is not None and told
+    # what the server said, not the task group the SDK's client failed in (SDK 1.x: httpx's status error)
+    assert "TaskGroup" not in backend.error
+    assert "401" in backend.error or backend.error == "MCPError: Server returned an error response"
+    assert all(URL_TOKEN not in text for text in [backend.error, *told])
+
+
+def test_a_failure_is_told_by_its_one_cause_with_a_urls_host_only() -> None:
+    cause = RuntimeError(f"Client error '401' for url 'https://api.example.net/mcp?token={URL_TOKEN}'\nSee the docs")
+    wrapped = BaseExceptionGroup("outer", [ExceptionGroup("inner", [cause])])
+    assert backends.describe_failure(wrapped) == "RuntimeError: Client error '401' for url 'https://api.example.net'"
+    assert backends.describe_failure(TimeoutError()) == "TimeoutError"
+    two = ExceptionGroup("two", [ValueError("a"), KeyError("b")])  # no one cause to tell: the group itself
+    assert backends.describe_failure(two) == "ExceptionGroup: two (2 sub-exceptions)"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +13,9 @@ from typing import Any
 import anyio
 
 from .. import _compat
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
@@ -69,7 +74,7 @@ class RemoteBackend:
             try:
                 await self._session()
             except Exception as exc:  # a backend that will not start is reported, the rest serve on
-                self._failed(f"{type(exc).__name__}: {exc}")
+                self._failed(describe_failure(exc))
             self.client = None
             self._broken = anyio.Event()
             self.first_attempt.set()
@@ -144,3 +149,19 @@ def _failed_call(exc: Exception) -> _compat.Answer:
     head = str(exc).split(":", 1)[0] if isinstance(exc, RuntimeError) else ""
     why = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
     return _compat.Answer(is_error=True, text=f"the router's MCP client refused the backend's answer ({why})")
+
+
+# A URL's path, query and fragment, after its scheme and host: a token in them must not reach a log or an item.
+_URL_TAIL = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s'\"?#]+)[^\s'\"]*")
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message`` of why a backend could not be reached, as the log and the entries tell it.
+
+    The SDK's clients fail inside task groups, so the exception that says what happened (refused,
+    401, no handshake) comes wrapped in groups of one; a URL in its first line keeps its host only.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = _URL_TAIL.sub(r"\1", str(exc).split("\n", 1)[0])  # httpx adds a second line: a link to its docs
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
