@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 from backends.tickets import tickets_server
 from hostile_hosts import REFUSED_BEHAVIOURS, ROUTER_TOOL_NAMES, VALID_CURSOR, HostileHost, read_behaviours
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from centralmcp_batch import _compat, batch_tool, budget, hosting, models
@@ -349,8 +349,14 @@ def raw_calls(calls: Any) -> Any:
     return [entry.raw for entry in calls] if isinstance(calls, list) else calls
 
 
+# One entry of each read behaviour, in every run: random draws over MCP are few, and a behaviour
+# whose expected status went stale (a NaN answer, now ok) was drawn in only some runs.
+EVERY_READ = [Drawn({"name": name}, True, name, None) for name in READ_OUTCOMES]
+
+
 @settings(PROPERTY_SETTINGS, max_examples=EXAMPLES)
 @given(calls=batches(), limit=budgets, concurrency=st.integers(4, 25))
+@example(calls=EVERY_READ, limit=300_000, concurrency=4)
 def test_engine_invariants_for_random_batches(calls: Any, limit: int, concurrency: int) -> None:
     host = HostileHost()
     hooks = HostHooks(hosting.plugin_manager(host))
@@ -368,6 +374,7 @@ async def _over_mcp(server: Any, calls: Any) -> tuple[_compat.Answer, dict[str, 
 
 @settings(PROPERTY_SETTINGS, max_examples=MCP_EXAMPLES)
 @given(calls=batches(wire=True), limit=budgets, concurrency=st.integers(4, 25))
+@example(calls=EVERY_READ, limit=300_000, concurrency=4)
 def test_mcp_session_invariants_and_output_schema(calls: Any, limit: int, concurrency: int) -> None:
     host = HostileHost()
     server = _compat.new_server("centralmcp-properties")
