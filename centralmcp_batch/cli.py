@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["bench"]:  # the benchmark parses its own options, which argparse would claim
         from . import bench
 
-        return bench.main(words[1:])
+        return bench.main(words[1:], prog=f"{PROG} bench")
     parser = build_parser()
     args = parser.parse_args(words)
     try:

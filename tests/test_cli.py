@@ -293,6 +293,17 @@ def test_bench_passes_its_own_options_through(monkeypatch: pytest.MonkeyPatch) -
     from centralmcp_batch import bench
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(bench, "main", lambda argv: seen.append(list(argv)) or 0)
+    monkeypatch.setattr(bench, "main", lambda argv, prog: seen.append([prog, *argv]) or 0)
     assert cli.main(["bench", "--quick", "--json", "x.json"]) == 0
-    assert seen == [["--quick", "--json", "x.json"]]
+    assert seen == [["centralmcp-batch bench", "--quick", "--json", "x.json"]]
+
+
+def test_bench_usage_names_the_command_it_was_given_as(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["bench", "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: centralmcp-batch bench ")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["bench", "--scenarios", "nope"])
+    assert exited.value.code == 2
+    assert "usage: centralmcp-batch bench " in capsys.readouterr().err

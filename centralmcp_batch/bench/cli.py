@@ -18,11 +18,12 @@ from .render import render
 from .router_process import serve_router
 from .runner import run_plan
 
+PROG = "python -m centralmcp_batch.bench"
 
-def parser() -> argparse.ArgumentParser:
-    cli = argparse.ArgumentParser(
-        prog="python -m centralmcp_batch.bench", description="Measure what a batch saves over single calls."
-    )
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The options; ``prog`` is how the usage line names the command (``centralmcp-batch bench`` from the CLI)."""
+    cli = argparse.ArgumentParser(prog=prog, description="Measure what a batch saves over single calls.")
     cli.add_argument("--quick", action="store_true", help="a tiny run that only shows the benchmark works")
     cli.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     cli.add_argument("--repeat", type=int, metavar="N", help="rounds per figure (default 5; 1 with --quick)")
@@ -44,12 +45,12 @@ def parser() -> argparse.ArgumentParser:
     return cli
 
 
-def chosen_scenarios(args: argparse.Namespace) -> tuple[str, ...]:
+def chosen_scenarios(args: argparse.Namespace, prog: str = PROG) -> tuple[str, ...]:
     """The scenarios asked for, in the order given; a wrong name or --repeat exits with a usage error."""
     chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown or (args.repeat is not None and args.repeat < 1):
-        parser().error(f"unknown scenarios {unknown}" if unknown else "--repeat must be at least 1")
+        parser(prog).error(f"unknown scenarios {unknown}" if unknown else "--repeat must be at least 1")
     return chosen
 
 
@@ -62,15 +63,15 @@ def run_profile(path: str) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = parser(prog).parse_args(argv)
     if args.serve_router:
         serve_router(args.serve_router, args.port)
         return 0
     if args.profile:
         return run_profile(args.profile)
     quiet_logs()
-    report = anyio.run(run_plan, make_plan(args.quick, args.repeat, chosen_scenarios(args)))
+    report = anyio.run(run_plan, make_plan(args.quick, args.repeat, chosen_scenarios(args, prog)))
     print(render(report))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
