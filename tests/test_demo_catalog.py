@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from centralmcp_batch import _compat
+from centralmcp_batch.ratelimit import KEY_ENV, STORE_ENV
 from centralmcp_batch.router import demo
 
 READ_HINTS = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
@@ -147,3 +150,27 @@ async def test_reads_wait_the_simulated_latency(monkeypatch: pytest.MonkeyPatch)
     started = time.perf_counter()
     await call(demo.demo_backends()["inventory"], "list_sites", {})
     assert time.perf_counter() - started >= 0.25
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("named", "bucket"), [(None, "demo"), ("lab", "lab")])
+async def test_the_demo_draws_from_a_bucket_of_its_own_in_the_shared_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str | None, bucket: str
+) -> None:
+    # Real routers on this machine share the account's bucket ("central") in this file; the demo's
+    # made-up calls spend none of it, unless a key is named for it.
+    store = tmp_path / "rate.sqlite3"
+    monkeypatch.setenv(STORE_ENV, f"sqlite:///{store}")
+    if named is None:
+        monkeypatch.delenv(KEY_ENV, raising=False)
+    else:
+        monkeypatch.setenv(KEY_ENV, named)
+    router = demo.demo_router()
+    try:
+        async with _compat.connect(router.server) as client:
+            answer = await client.call_tool("invoke_read_tool_batch", {"calls": [{"name": "list_sites"}] * 3})
+    finally:
+        await router.limiter.close()
+    assert answer.payload["ok"] is True
+    with sqlite3.connect(store) as db:
+        assert [key for (key,) in db.execute("SELECT key FROM gcra_buckets")] == [bucket]

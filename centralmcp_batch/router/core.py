@@ -23,7 +23,7 @@ from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
-from .limiter import limiter_from_env
+from .limiter import RateLimiter, limiter_from_env
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,12 @@ class Router:
         *,
         options: Mapping[str, BackendOptions] | None = None,
         name: str = "centralmcp-batch-router",
+        limiter: RateLimiter | None = None,
     ) -> None:
         env = os.environ
         self.options = dict(options or {})
-        self.limiter = limiter_from_env(env)  # account-wide: shared with every process on its store
+        # account-wide: shared with every process on its store (the environment's, unless one is given)
+        self.limiter = limiter if limiter is not None else limiter_from_env(env)
         self.cursors = CursorSigner(cursor_key(env), int(CURSOR_TTL.read(env)))
         self.max_items, self.max_bytes = int(MAX_ITEMS.read(env)), int(MAX_BYTES.read(env))
         self.catalog = Catalog()

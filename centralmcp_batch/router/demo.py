@@ -307,8 +307,17 @@ def demo_backends(network: DemoNetwork | None = None) -> dict[str, Any]:
     }
 
 
+# The demo's bucket in the rate store, unless CENTRALMCP_ROUTER_RATE_KEY names one: its made-up calls
+# must not spend the account's tokens (key "central") that real routers on this machine draw from.
+DEMO_RATE_KEY = "demo"
+
+
 def demo_router() -> Any:
     """The reference router over the demo backends, with the installed plugins loaded."""
+    from ..ratelimit import KEY_ENV, limiter_from_env
     from . import Router  # the package imports this module's siblings; import late to keep demo standalone
 
-    return Router(demo_backends(), name="centralmcp-demo")
+    environ = dict(os.environ)
+    if not environ.get(KEY_ENV, "").strip():
+        environ[KEY_ENV] = DEMO_RATE_KEY
+    return Router(demo_backends(), name="centralmcp-demo", limiter=limiter_from_env(environ))
