@@ -2,7 +2,7 @@
 
 A number out of range clamps to the nearest bound (logged once per variable and value), so a
 value just past a bound never jumps to the much wider default. Only a value that is not a
-number at all (or NaN) means the default.
+number at all (or NaN) means the default, logged once too: a typo must not pass unseen.
 """
 
 from __future__ import annotations
@@ -41,13 +41,20 @@ class Setting:
         try:
             value = int(raw) if self.integer else float(raw)
         except ValueError:
-            return self.default
+            return self.default_for(raw)
         clamped = self.clamp(value)
         if clamped is None:
-            return self.default
+            return self.default_for(raw)
         if clamped != value:
             report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
         return clamped
+
+    def default_for(self, raw: str) -> float:
+        """The default, in place of ``raw``, which is no number this setting can hold (told once unless unset)."""
+        if raw:
+            kind = "a whole number" if self.integer else "a finite number"
+            report_once(self.env, raw, f"{self.env}={raw!r} is not {kind}; using the default, {self.default:g}")
+        return self.default
 
     def clamp(self, value: float) -> float | None:
         """``value`` within the range, or None when no bound can hold it (NaN, or infinity with no maximum)."""

@@ -57,6 +57,21 @@ def test_a_clamped_value_is_logged_once_however_often_it_is_read(caplog: pytest.
     assert records == [f"{settings.CALL_TIMEOUT}='0.00042' is out of range; using 0.001, the nearest bound"]
 
 
+def test_a_value_that_means_the_default_is_logged_once_and_an_empty_one_never(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings, "_REPORTED", set())  # what tests before this one read was told already
+    typo = {settings.CONCURRENCY: "1O", settings.CALL_TIMEOUT: "nan", settings.BATCH_TIMEOUT: ""}
+    with caplog.at_level(logging.WARNING, logger="centralmcp_batch.settings"):
+        for _ in range(5):
+            read = BatchSettings.from_env(typo)
+    assert (read.concurrency, read.call_timeout, read.batch_timeout) == (4, 60.0, 300.0)
+    assert [record.getMessage() for record in caplog.records if "CENTRALMCP_ROUTER_BATCH" in record.getMessage()] == [
+        f"{settings.CONCURRENCY}='1O' is not a whole number; using the default, 4",
+        f"{settings.CALL_TIMEOUT}='nan' is not a finite number; using the default, 60",
+    ]
+
+
 def test_the_routers_own_settings_clamp(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "0")
     monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_BURST", "0")
