@@ -772,7 +772,8 @@ class _Run:
                 error = f"TimeoutError: cancelled while running: the batch time limit of {limit:g}s passed"
             else:
                 error = f"TimeoutError: not dispatched: the batch time limit of {limit:g}s passed first"
-            await self.finish(index, make_item(index, call.id, call.name, None, Outcome("error", error=error)), 0.0)
+            # A call cut off while running names its server, as one its own time limit cut off does.
+            await self.finish(index, _item_of(call, Outcome("error", self.guards[index].tool, error=error)), 0.0)
 
 
 def _item_of(call: ValidCall, outcome: Outcome) -> dict[str, Any]:

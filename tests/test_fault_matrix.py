@@ -83,6 +83,8 @@ async def test_the_batch_deadline_passing_mid_batch(monkeypatch: pytest.MonkeyPa
     errors = [item["error"] for item in response["results"][1:]]
     assert errors[0] == "TimeoutError: cancelled while running: the batch time limit of 0.5s passed"
     assert errors[1:] == ["TimeoutError: not dispatched: the batch time limit of 0.5s passed first"] * 2
+    # the call cut off names its server, as the ones that ran do; the ones never dispatched cannot
+    assert [item["server"] for item in response["results"]] == ["hostile", "hostile", None, None]
     assert host.dispatched == ["succeed", "hang"] and host.cancelled == 1 and host.running == 0
 
 
