@@ -166,11 +166,13 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     http_only = (args.host, args.port, args.allow_host or None, args.allow_origin or None)
     if args.transport == "stdio" and any(option is not None for option in http_only):
         parser.error("--host, --port, --allow-host and --allow-origin apply to --transport http only")
-    try:
-        hosts = args.allow_host + _from_env(ALLOWED_HOSTS_ENV, _allowed_host)
-        origins = args.allow_origin + _from_env(ALLOWED_ORIGINS_ENV, _allowed_origin)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
+    hosts, origins = list(args.allow_host), list(args.allow_origin)
+    if args.transport == "http":  # HTTP's variables: a stdio router, which has no Host header, never reads them
+        try:
+            hosts += _from_env(ALLOWED_HOSTS_ENV, _allowed_host)
+            origins += _from_env(ALLOWED_ORIGINS_ENV, _allowed_origin)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(str(exc))
     config = None if args.demo else _config_path(parser, args.config)
     host, port = args.host or "127.0.0.1", args.port or 8000
     return serve.run(config, args.transport, host, port, HttpAccess(hosts, origins), args.log_level)

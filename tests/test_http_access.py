@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -114,6 +115,23 @@ def test_a_bad_environment_entry_is_an_argument_error_naming_the_variable(
         cli.main(["serve", "--demo", "--transport", "http"])
     assert exited.value.code == 2
     assert f"{cli.ALLOWED_ORIGINS_ENV}: invalid origin 'app.example.test'" in capsys.readouterr().err
+
+
+def test_a_stdio_router_never_reads_the_http_variables(tmp_path: Path) -> None:
+    # A client app's config may carry them for an HTTP router elsewhere; the stdio router starts anyway.
+    env = {**os.environ, cli.ALLOWED_HOSTS_ENV: "not a host", cli.ALLOWED_ORIGINS_ENV: "app.example.test"}
+    env["CENTRALMCP_ROUTER_RATE_STORE"] = "memory"
+    served = subprocess.run(
+        [sys.executable, "-m", "centralmcp_batch", "serve", "--demo"],
+        stdin=subprocess.DEVNULL,  # no client: the stdio session ends at once
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert served.returncode == 0, served.stderr
+    assert "invalid" not in served.stderr
 
 
 def test_a_name_without_a_port_matches_any_port() -> None:
