@@ -129,6 +129,27 @@ def annotations_dict(annotations: Any) -> dict[str, Any]:
     return dumped
 
 
+def annotation_hint(annotations: Any, hint: str) -> Any:
+    """One hint of ToolAnnotations (either SDK) or of a mapping, by its camelCase name; None when unset.
+
+    An attribute read, as CentralMCP's own gate reads it: no dump of the whole model per call.
+    """
+    if annotations is None:
+        return None
+    if isinstance(annotations, Mapping):
+        return annotations.get(hint)
+    return getattr(annotations, _HINT_ATTRIBUTES.get(hint, hint) if SDK_2 else hint, None)
+
+
+# SDK 2.x names the model's fields in snake_case (the camelCase names are their aliases).
+_HINT_ATTRIBUTES = {
+    "readOnlyHint": "read_only_hint",
+    "destructiveHint": "destructive_hint",
+    "idempotentHint": "idempotent_hint",
+    "openWorldHint": "open_world_hint",
+}
+
+
 def server_tools(server: Any) -> list[ToolInfo]:
     """The tools an in-process server publishes."""
     return [

@@ -137,6 +137,18 @@ async def test_the_routers_own_read_only_test_decides_and_without_one_the_annota
     ] == "blocked"
 
 
+def test_the_hints_read_one_by_one_agree_with_the_whole_annotations(router: ModuleType) -> None:
+    # The stand-in's gate reads single hints, as the router's own does; the catalog entry dumps them all.
+    router._load_all_backends()
+    hints = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint", "title")
+    for tool in router._tool_index.values():
+        whole = _compat.annotations_dict(tool.annotations)
+        assert [_compat.annotation_hint(tool.annotations, hint) for hint in hints] == [whole.get(h) for h in hints]
+        assert router._is_read_only_tool(tool) is (whole.get("readOnlyHint") is True)
+    assert _compat.annotation_hint({"readOnlyHint": True}, "readOnlyHint") is True
+    assert _compat.annotation_hint(None, "readOnlyHint") is None
+
+
 def test_the_catalog_entry_follows_a_reloaded_tool_and_new_annotations(router: ModuleType) -> None:
     hooks = centralmcp.CentralMCPHooks(router)
     first = hooks.centralmcp_find_tool("get_device")

@@ -54,15 +54,17 @@ def _load_all_backends() -> None:
             _tool_backend_names[name] = server_name
 
 
+# Attribute reads, as the router's own: its gate runs on every read, and a dump of the annotations
+# model would make the stand-in's reads dearer than the real router's.
 def _is_read_only_tool(tool: Any) -> bool:
-    return bool(_compat.annotations_dict(getattr(tool, "annotations", None)).get("readOnlyHint", False))
+    return bool(_compat.annotation_hint(getattr(tool, "annotations", None), "readOnlyHint"))
 
 
 def _tool_capability(tool: Any) -> str:
-    flags = _compat.annotations_dict(getattr(tool, "annotations", None))
-    if flags.get("readOnlyHint"):
+    annotations = getattr(tool, "annotations", None)
+    if _compat.annotation_hint(annotations, "readOnlyHint"):
         return "read"
-    if flags.get("destructiveHint"):
+    if _compat.annotation_hint(annotations, "destructiveHint"):
         return "destructive"
     return "diagnostic" if getattr(tool, "annotations", None) == DIAGNOSTIC else "write"
 
