@@ -762,10 +762,11 @@ class _Run:
     async def report_deadline(self) -> None:
         """Answer each entry the batch time limit left unanswered, its progress told within REPORT_GRACE."""
         limit = self.settings.batch_timeout
-        self.progress_by = anyio.current_time() + REPORT_GRACE
         for index, item in enumerate(self.items):
             if item is not None:
                 continue
+            if self.progress_by is None:  # the first entry the limit left: the grace starts now
+                self.progress_by = anyio.current_time() + REPORT_GRACE
             call = self.entries[index]
             assert isinstance(call, ValidCall)
             if self.guards[index].dispatched:
