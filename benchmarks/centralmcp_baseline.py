@@ -417,10 +417,10 @@ async def entries_per_second(clients: Sequence[_compat.ClientHandle], seconds: f
 async def http_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     async with AsyncExitStack() as stack:
         urls = {which: await stack.enter_async_context(served(which)) for which in ("builtin", "plugin")}
-        clients = {
-            which: [await stack.enter_async_context(_compat.connect(url)) for _ in range(HTTP_CLIENTS)]
-            for which, url in urls.items()
-        }
+        # A loop, not a comprehension: Python 3.10 refuses an await in a list inside a dict comprehension.
+        clients: dict[str, list[_compat.ClientHandle]] = {}
+        for which, url in urls.items():
+            clients[which] = [await stack.enter_async_context(_compat.connect(url)) for _ in range(HTTP_CLIENTS)]
         checks = {"builtin": check_builtin, "plugin": check_plugin}
         for which in clients:
             await entries_per_second(clients[which], 0.3, checks[which])  # warm-up
