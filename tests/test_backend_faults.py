@@ -30,6 +30,13 @@ from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.router import Router
 from centralmcp_batch.testing import call
 
+# Python 3.10 has no Task.cancelling(): a CancelledError a backend raises itself counts as a real
+# cancellation there, as docs/reference/batch.md says, so the batch does not answer.
+TELLS_OWN_CANCELLATION = sys.version_info >= (3, 11)
+needs_cancelling = pytest.mark.skipif(
+    not TELLS_OWN_CANCELLATION, reason="Python 3.10 cannot tell an own CancelledError"
+)
+
 pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 BATCH = batch_tool.TOOL_NAME
@@ -102,6 +109,7 @@ async def test_a_base_exception_from_a_backend_fails_only_its_entry(router: Rout
 # -- item 2: a backend's own CancelledError ---------------------------------------------
 
 
+@needs_cancelling
 async def test_a_backend_cancelling_itself_fails_only_its_entry_and_says_what_happened(
     router: Router, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,7 +316,8 @@ async def test_over_http_a_fragile_backend_never_takes_the_router_down(tmp_path:
         for kind in BASE_EXCEPTIONS
         for tool in ("raise_base", "raise_base_sync")
     ]
-    calls += [{"name": "cancel_itself"}, {"name": "quick", "arguments": {"tag": "in-batch"}}]
+    own_cancel = [{"name": "cancel_itself"}] if TELLS_OWN_CANCELLATION else []  # see TELLS_OWN_CANCELLATION
+    calls += [*own_cancel, {"name": "quick", "arguments": {"tag": "in-batch"}}]
     try:
         await wait_for_port(port, process)
         with anyio.fail_after(60):
@@ -324,7 +333,8 @@ async def test_over_http_a_fragile_backend_never_takes_the_router_down(tmp_path:
                 after = (
                     await client.call_tool("invoke_read_tool", {"name": "quick", "arguments": {"tag": "after"}})
                 ).structured
-        expected = [BASE_EXCEPTIONS[kind] for kind in BASE_EXCEPTIONS for _ in range(2)] + [SELF_CANCELLED]
+        expected = [BASE_EXCEPTIONS[kind] for kind in BASE_EXCEPTIONS for _ in range(2)]
+        expected += [SELF_CANCELLED] * len(own_cancel)
         assert [item.get("error") for item in response["results"][:-1]] == expected
         assert response["results"][-1]["status"] == "ok"
         assert single["error"] == "SystemExit: 2"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from typing import Any
 
@@ -15,6 +16,13 @@ from centralmcp_batch import engine
 from centralmcp_batch.engine import Guards, ValidCall
 from centralmcp_batch.models import Outcome, ToolRef
 from centralmcp_batch.settings import BatchSettings
+
+# Python 3.10 has no Task.cancelling(): a CancelledError a backend raises itself counts as a real
+# cancellation there, as docs/reference/batch.md says, so the batch does not answer.
+TELLS_OWN_CANCELLATION = sys.version_info >= (3, 11)
+needs_cancelling = pytest.mark.skipif(
+    not TELLS_OWN_CANCELLATION, reason="Python 3.10 cannot tell an own CancelledError"
+)
 
 pytestmark = pytest.mark.anyio
 TOOL = ToolRef("read", "srv", {"readOnlyHint": True})
@@ -540,7 +548,7 @@ async def self_cancelling() -> None:
         (lambda: SystemExit(2), "SystemExit: 2"),
         (lambda: KeyboardInterrupt(), "KeyboardInterrupt"),
         (lambda: Abort("stop"), "Abort: stop"),
-        (None, engine.describe(asyncio.CancelledError())),
+        pytest.param(None, engine.describe(asyncio.CancelledError()), marks=needs_cancelling),
     ],
     ids=["SystemExit", "KeyboardInterrupt", "custom", "own-CancelledError"],
 )
@@ -581,7 +589,7 @@ async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> N
             raise
     seen["closed"] = engine.must_propagate(GeneratorExit())
     seen["exit"] = engine.must_propagate(SystemExit(1))
-    assert seen == {"raised": False, "scope": True, "closed": True, "exit": False}
+    assert seen == {"raised": not TELLS_OWN_CANCELLATION, "scope": True, "closed": True, "exit": False}
 
 
 async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,13 @@ from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 from centralmcp_batch.models import ToolRef
 from centralmcp_batch.testing import call
+
+# Python 3.10 has no Task.cancelling(): a CancelledError a backend raises itself counts as a real
+# cancellation there, as docs/reference/batch.md says, so the batch does not answer.
+TELLS_OWN_CANCELLATION = sys.version_info >= (3, 11)
+needs_cancelling = pytest.mark.skipif(
+    not TELLS_OWN_CANCELLATION, reason="Python 3.10 cannot tell an own CancelledError"
+)
 
 pytestmark = pytest.mark.anyio
 TOOL = batch_tool.TOOL_NAME
@@ -201,7 +209,11 @@ def base_raising_backend(raised: Callable[[], BaseException], asynchronous: bool
         (lambda: SystemExit(2), "SystemExit: 2"),
         (KeyboardInterrupt, "KeyboardInterrupt"),
         (lambda: Abort("the backend aborted"), "Abort: the backend aborted"),
-        (_cancelled_by_someone_else, f"CancelledError: raised by the call itself; {NOT_CANCELLED}"),
+        pytest.param(
+            _cancelled_by_someone_else,
+            f"CancelledError: raised by the call itself; {NOT_CANCELLED}",
+            marks=needs_cancelling,
+        ),
     ],
     ids=["SystemExit", "KeyboardInterrupt", "BaseException", "own-CancelledError"],
 )
