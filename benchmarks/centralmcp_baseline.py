@@ -29,7 +29,7 @@ import time
 import tracemalloc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -182,7 +182,10 @@ async def in_process_scenario(plan: Plan, routers: Routers) -> list[dict[str, An
 
 async def call_checked(client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     answer = await client.call_tool(tool, arguments, timeout=120)
-    # invoke_read_tool returns Any, so CentralMCP's router publishes no output schema for it: its answer is the text.
+    if tool == "invoke_read_tool":
+        # It returns Any, so its answer is the text: CentralMCP's router publishes no output schema for it from
+        # Python 3.11 on (typing.Any is a class there), and on 3.10 the SDK wraps it in {"result": ...}.
+        answer = replace(answer, structured=None)
     value = answer.structured if isinstance(answer.structured, dict) else answer.payload
     if answer.is_error or not isinstance(value, dict):
         raise BaselineError(f"{tool} failed: {answer.text[:300]}")

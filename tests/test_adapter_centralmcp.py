@@ -74,6 +74,19 @@ async def batch(router: ModuleType, calls: list[dict[str, Any]]) -> dict[str, An
     return answer.structured
 
 
+def single_read(answer: _compat.Answer) -> Any:
+    """What the router's own ``invoke_read_tool`` answered.
+
+    The tool returns ``Any``. From Python 3.11 on ``typing.Any`` is a class, which the SDKs give no
+    output schema; on 3.10 it is not, and both SDK lines wrap the structured content in
+    ``{"result": ...}`` (the text is the answer itself on both).
+    """
+    payload = answer.payload
+    if sys.version_info < (3, 11) and isinstance(payload, dict) and payload.keys() == {"result"}:
+        return payload["result"]
+    return payload
+
+
 def refusal(name: str) -> str:
     return (
         f"Tool '{name}' is not read-only. "
@@ -115,7 +128,7 @@ async def test_write_destructive_and_diagnostic_are_refused_with_the_routers_mes
     assert [(i["status"], i["error"]) for i in response["results"]] == [("blocked", refusal(n)) for n in names]
     assert [i["server"] for i in response["results"]] == ["aruba-config", "aruba-config", "aruba-monitoring"]
     single = await call(adopted.mcp, "invoke_read_tool", {"name": "ping_device", "arguments": {"serial": "x"}})
-    assert single.payload["error"] == refusal("ping_device")  # the router's own gate says the same
+    assert single_read(single)["error"] == refusal("ping_device")  # the router's own gate says the same
     assert monitoring_backend.calls == [] and tokens.count == 0
 
 
@@ -128,7 +141,7 @@ async def test_the_routers_own_read_only_test_decides_and_without_one_the_annota
     refused = await batch(adopted, entry)
     assert [(i["status"], i["error"]) for i in refused["results"]] == [("blocked", refusal("get_device"))]
     single = await call(adopted.mcp, "invoke_read_tool", {"name": "get_device", "arguments": {"serial": "a"}})
-    assert single.payload["status"] == "blocked"
+    assert single_read(single)["status"] == "blocked"
     # A router with no such function: the tool's readOnlyHint, as that router's dispatch reads it.
     monkeypatch.delattr(adopted, "_is_read_only_tool")
     assert (await batch(adopted, entry))["results"][0]["status"] == "ok"
@@ -165,9 +178,9 @@ def test_the_catalog_entry_follows_a_reloaded_tool_and_new_annotations(router: M
 
 
 async def test_a_real_cursor_from_a_clipped_read_resumes_in_a_batch(adopted: ModuleType) -> None:
-    single = (
+    single = single_read(
         await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}})
-    ).payload
+    )
     assert single["_response_bounds"]["resumable"] is True and len(single["devices"]) == 200
     first = (await batch(adopted, [{"name": "list_devices", "arguments": {"site_id": "hq"}}]))["results"][0]["result"]
     assert first["devices"] == single["devices"]
@@ -450,11 +463,11 @@ async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tm
         assert [item["status"] for item in response["results"]] == ["ok", "blocked"]
         cursor = response["results"][0]["result"]["next_cursor"]
         # the batch's cursor is the router's own: its invoke_read_tool resumes it in the same process
-        resumed = (
+        resumed = single_read(
             await client.call_tool(
                 "invoke_read_tool", {"name": "list_devices", "arguments": {"site_id": "hq"}, "cursor": cursor}
             )
-        ).payload
+        )
         assert resumed["devices"][0]["serial"] == "SN00200"
 
 

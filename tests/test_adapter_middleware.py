@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 from standins import monitoring_backend
 from standins.centralmcp_middleware import TOKEN_PREFIX, AuditLogMiddleware
-from test_adapter_centralmcp import TESTS, load_router, write_adopted_router
+from test_adapter_centralmcp import TESTS, load_router, single_read, write_adopted_router
 
 from centralmcp_batch import _compat, budget
 from centralmcp_batch.adapters import centralmcp
@@ -51,14 +51,14 @@ async def test_an_entrys_secret_is_tokenized_exactly_as_a_single_reads(client: _
     answer = await client.call_tool("invoke_read_tool_batch", {"calls": [WEBHOOK, {"id": "again", **WEBHOOK}]})
     assert not answer.is_error, answer.text
     entries = [item["result"] for item in answer.structured["results"]]
-    for read in [single.payload, *entries]:
+    for read in [single_read(single), *entries]:
         assert TOKEN.fullmatch(read["signing_secret"]), read
         assert {k: v for k, v in read.items() if k != "signing_secret"} == {
             "site_id": "hq",
             "url": "https://hooks.example/hq",
         }
     assert SECRET not in answer.text and SECRET not in json.dumps(answer.structured)
-    assert len({read["signing_secret"] for read in [single.payload, *entries]}) == 3  # one token per value shown
+    assert len({read["signing_secret"] for read in [single_read(single), *entries]}) == 3  # one token per value shown
 
 
 async def test_what_middleware_changed_is_both_the_structured_content_and_the_compact_text(
@@ -70,9 +70,9 @@ async def test_what_middleware_changed_is_both_the_structured_content_and_the_co
 
 
 async def test_tokens_in_entry_arguments_are_resolved_before_dispatch(client: _compat.ClientHandle) -> None:
-    shown = (
+    shown = single_read(
         await client.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})
-    ).payload
+    )
     token = shown["signing_secret"]
     check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
     wrong = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": "guess"}}
@@ -99,7 +99,7 @@ async def test_a_secret_in_a_previewed_result_is_blanked_where_the_tokenizer_can
     # of the same result stays whole (under the router's 200 KB) and is tokenized.
     report = {"name": "get_webhook_report", "arguments": {"site_id": "hq"}}
     single = await client.call_tool("invoke_read_tool", report)
-    assert TOKEN.fullmatch(single.payload["webhook"]["signing_secret"])
+    assert TOKEN.fullmatch(single_read(single)["webhook"]["signing_secret"])
     answer = await client.call_tool("invoke_read_tool_batch", {"calls": [{"id": f"r{i}", **report} for i in range(25)]})
     assert not answer.is_error and not answer.structured["truncated"], answer.text[:300]
     previews = [item["result"]["preview"] for item in answer.structured["results"]]
@@ -126,7 +126,7 @@ async def test_an_argument_the_backend_refuses_is_named_in_the_error_never_its_v
 ) -> None:
     # The tokenizer puts the secret back before dispatch; the backend's argument check then fails on it,
     # and the SDK's own text would quote it.
-    token = (await client.call_tool("invoke_read_tool", WEBHOOK)).payload["signing_secret"]
+    token = single_read(await client.call_tool("invoke_read_tool", WEBHOOK))["signing_secret"]
     wrong = {"name": "get_webhook_by_number", "arguments": {"number": token}}
     answer = await client.call_tool("invoke_read_tool_batch", {"calls": [wrong]})
     item = answer.structured["results"][0]
@@ -137,9 +137,9 @@ async def test_an_argument_the_backend_refuses_is_named_in_the_error_never_its_v
 @pytest.mark.skipif(_compat.SDK_MAJOR >= 2, reason="SDK 2.x has no session object that outlives a request")
 async def test_tokens_are_kept_per_client_session(router: ModuleType) -> None:
     async with _compat.connect(router.mcp) as first:
-        token = (
+        token = single_read(
             await first.call_tool("invoke_read_tool", {"name": "get_webhook", "arguments": {"site_id": "hq"}})
-        ).payload["signing_secret"]
+        )["signing_secret"]
     check = {"name": "check_webhook_secret", "arguments": {"site_id": "hq", "signing_secret": token}}
     async with _compat.connect(router.mcp) as second:
         answer = await second.call_tool("invoke_read_tool_batch", {"calls": [check]})
