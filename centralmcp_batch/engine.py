@@ -42,6 +42,11 @@ MIN_SHARE = 1024
 # Room kept in each entry's share for its server's name, which is not known until the entry is
 # resolved: longer names can cost the last results their place in a response filled to the brim.
 SERVER_NAME_RESERVE = 64
+# Levels of objects and arrays a result may nest. Both SDK lines write a response with pydantic's
+# serializer, which refuses a value about 250 levels deep and fails the whole answer with it; the
+# json module measuring the budget goes on as deep as Python's C recursion limit (about 1,000
+# levels, 10,000 on Python 3.13), so it cannot be the judge.
+MAX_RESULT_DEPTH = 200
 # The batch's other workers start only once waiting is what takes its time: when one entry has
 # waited RAMP_WAIT, or when the entries' waits add up to RAMP_WAIT and to half the time the batch
 # has run. Backends that answer at once or nearly (in memory, a cache, a worker thread's hop while
@@ -421,7 +426,9 @@ def nesting_depth(value: Any) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         current, depth = stack.pop()
-        children = current.values() if isinstance(current, dict) else current if isinstance(current, list) else None
+        children = (
+            current.values() if isinstance(current, dict) else current if isinstance(current, list | tuple) else None
+        )
         if children is None:
             continue
         deepest = max(deepest, depth)
@@ -512,13 +519,22 @@ def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any],
     """An item JSON could not encode (``exc``), and its encoded size: an ok item's result as the
     server SDK would have written it for a single read (a datetime, a model, NaN), or, where even
     that fails (a cycle, a nesting too deep, broken Unicode), an error item."""
-    if "result" in item:
+    if "result" in item and not isinstance(exc, RecursionError):  # converting never makes a value shallower
         try:
             converted = {**item, "result": budget.as_json(item["result"])}
-            return converted, budget.size(converted)
+            return converted, item_size(converted)
         except (TypeError, ValueError, RecursionError) as failed:
             exc = failed
     return _unencodable_item(item, exc)
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """``budget.size(item)``; RecursionError when its result nests deeper than ``MAX_RESULT_DEPTH``."""
+    text = budget.dumps(item)
+    # As for arguments: text with no more brackets than the limit cannot nest deeper.
+    if text.count("{") + text.count("[") > MAX_RESULT_DEPTH and nesting_depth(item) > MAX_RESULT_DEPTH + 1:
+        raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
+    return budget.text_size(text)
 
 
 def _unencodable_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
@@ -736,7 +752,7 @@ class _Run:
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         try:
-            self.sizes[index] = budget.size(item)
+            self.sizes[index] = item_size(item)
         except (TypeError, ValueError, RecursionError) as exc:
             item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item

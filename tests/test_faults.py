@@ -21,7 +21,8 @@ import hosts
 import pytest
 from hosts import HostileHost
 
-from centralmcp_batch import HostContractError, _compat, batch_tool, hosting
+from centralmcp_batch import HostContractError, _compat, batch_tool, engine, hosting
+from centralmcp_batch.engine import MAX_RESULT_DEPTH
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
 from centralmcp_batch.models import ToolRef
@@ -118,6 +119,21 @@ async def test_a_result_json_cannot_encode_is_an_error_item_not_a_protocol_error
     response = await batch(serve(HostileHost()), [{"name": tool}, {"name": "read_ok"}])
     assert statuses(response) == ["error", "ok"]
     assert response["results"][0]["error"].endswith("the tool's result is not JSON-serializable")
+
+
+@pytest.mark.parametrize("levels", [MAX_RESULT_DEPTH, MAX_RESULT_DEPTH + 1, 300, 2_000])
+async def test_a_result_nested_deeper_than_the_sdks_write_is_an_error_item(
+    levels: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # json writes 300 levels (2,000 on Python 3.13), pydantic's serializer, which the SDKs
+    # answer with, about 250: that deep a result used to fail the whole answer.
+    monkeypatch.setitem(hosts.BEHAVIOURS, "read_deep", ("error", lambda: hosts._deep(levels - 1)))
+    response = await batch(serve(HostileHost()), [{"name": "read_deep"}, {"name": "read_ok"}])
+    if levels <= MAX_RESULT_DEPTH:
+        assert statuses(response) == ["ok", "ok"] and engine.nesting_depth(response["results"][0]["result"]) == levels
+    else:
+        assert statuses(response) == ["error", "ok"]
+        assert response["results"][0]["error"] == "RecursionError: the tool's result is not JSON-serializable"
 
 
 @pytest.mark.parametrize(
