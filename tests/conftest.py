@@ -1,5 +1,7 @@
 import os
+import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,26 @@ os.environ.setdefault("CENTRALMCP_ROUTER_RATE_STORE", "memory")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_stores_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every SQLite connection a SqliteStore opened in the test is closed at its end.
+
+    Tests make stores they never close; from Python 3.13 on, each connection the garbage collector
+    finds open is a ResourceWarning, which fails whichever later test the collection happens in.
+    """
+    from centralmcp_batch.ratelimit.sqlite import SqliteStore
+
+    opened: list[sqlite3.Connection] = []
+    set_up = SqliteStore._set_up
+
+    def tracked(store: SqliteStore) -> sqlite3.Connection:
+        conn = set_up(store)
+        opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(SqliteStore, "_set_up", tracked)
+    yield
+    for conn in opened:
+        conn.close()

@@ -6,6 +6,7 @@ file; a gate the router installs at start-up (after ``adopt``) still runs, after
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.anyio
 
 def tokens_taken(path: Path, since: float, interval: float) -> float:
     # The TAT runs ahead of the clock one interval per token, as long as no token had to wait.
-    (tat,) = sqlite3.connect(path).execute("SELECT tat FROM gcra_buckets").fetchone()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (tat,) = conn.execute("SELECT tat FROM gcra_buckets").fetchone()
     return (tat - since) / interval
 
 

@@ -5,6 +5,7 @@ Real parts: SQLite files shared by real processes, a real redis-server stopped a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import subprocess
@@ -132,7 +133,8 @@ def test_reservations_from_several_processes_are_never_lost(tmp_path: Path) -> N
     started = time.time()
     processes = [subprocess.Popen([sys.executable, "-c", RESERVER, str(path), "150"]) for _ in range(4)]
     assert [p.wait(timeout=120) for p in processes] == [0] * 4
-    (tat,) = sqlite3.connect(path).execute("SELECT tat FROM gcra_buckets WHERE key = 'k'").fetchone()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (tat,) = conn.execute("SELECT tat FROM gcra_buckets WHERE key = 'k'").fetchone()
     assert started + 600 <= tat <= time.time() + 600
 
 
@@ -197,7 +199,8 @@ async def test_a_corrupt_sqlite_file_falls_back_with_a_clear_line_and_rejoins_wh
         await anyio.sleep(0.25)
         await limiter.acquire()
     assert not limiter.in_outage and "is back after" in outage_lines(caplog)[-1]
-    assert sqlite3.connect(path).execute("SELECT count(*) FROM gcra_buckets").fetchone() == (1,)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM gcra_buckets").fetchone() == (1,)
 
 
 async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(
@@ -212,6 +215,7 @@ async def test_a_locked_sqlite_file_falls_back_and_rejoins_when_released(
         await take_during(limiter, 10)
         assert limiter.in_outage and "is locked by another process" in outage_lines(caplog)[0]
         holder.execute("ROLLBACK")
+        holder.close()
         await anyio.sleep(0.25)
         await limiter.acquire()
     assert not limiter.in_outage and len(outage_lines(caplog)) == 2
@@ -244,6 +248,7 @@ async def test_a_lock_held_past_the_busy_limit_still_fails_once_the_limit_is_spe
         await SqliteStore(path, busy_seconds=0.2).reserve("k", 1.0, 1)
     assert time.monotonic() - started < 3  # the busy limit once, not once per try
     holder.execute("ROLLBACK")
+    holder.close()
 
 
 async def test_an_unwritable_sqlite_path_falls_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
