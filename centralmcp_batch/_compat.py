@@ -29,6 +29,7 @@ SDK_2 = SDK_MAJOR >= 2
 
 if SDK_2:
     from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
@@ -497,7 +498,9 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
     """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL."""
     if SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
-        async with Client(target, mode=mode) as client:
+        # As a transport: 2.0's Client takes no StdioServerParameters (2.1 added them, as this same transport).
+        server = stdio_client(target) if isinstance(target, StdioServerParameters) else target
+        async with Client(server, mode=mode) as client:
             yield ClientHandle(client)
     else:  # pragma: no cover - SDK 1.x leg
         async with _connect_1x(target) as session:
