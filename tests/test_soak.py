@@ -192,8 +192,10 @@ def most_over_rate(times: Sequence[float], rate: float, window: float = 1.0) -> 
 
 def http_sessions(router: Router) -> int:
     # Both SDK lines keep open streamable HTTP sessions in this dict; 2.x clients that speak the
-    # stateless protocol revision open none, 1.x clients one each.
-    return len(router.server.session_manager._server_instances)  # noqa: SLF001 - no public count in either SDK line
+    # stateless protocol revision open none, 1.x clients one each. mcp 1.x before 1.30 leaves a
+    # session its client ended (DELETE) in it for good, terminated: only the ones still open count.
+    instances = router.server.session_manager._server_instances  # noqa: SLF001 - no public count in either SDK line
+    return sum(not transport.is_terminated for transport in instances.values())
 
 
 def watched_objects() -> Counter[str]:
