@@ -414,11 +414,18 @@ def _arguments_problem(arguments: Any) -> str | None:
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:
         return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
-    # Each level of nesting opens with a bracket of its own, so text with no more brackets than
-    # the limit cannot be nested deeper: most arguments are told without walking them.
-    if text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH and nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+    if nests_deeper(arguments, text, MAX_ARGUMENT_DEPTH):
         return f"arguments must be nested at most {MAX_ARGUMENT_DEPTH} levels deep"
     return None
+
+
+def nests_deeper(value: Any, text: str, levels: int) -> bool:
+    """Whether ``value``, encoded as ``text``, nests more than ``levels`` deep.
+
+    Each level of nesting opens with a bracket of its own, so text with no more brackets than
+    ``levels`` cannot nest deeper: most values are told without walking them.
+    """
+    return text.count("{") + text.count("[") > levels and nesting_depth(value) > levels
 
 
 def nesting_depth(value: Any) -> int:
@@ -531,8 +538,7 @@ def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any],
 def item_size(item: dict[str, Any]) -> int:
     """``budget.size(item)``; RecursionError when its result nests deeper than ``MAX_RESULT_DEPTH``."""
     text = budget.dumps(item)
-    # As for arguments: text with no more brackets than the limit cannot nest deeper.
-    if text.count("{") + text.count("[") > MAX_RESULT_DEPTH and nesting_depth(item) > MAX_RESULT_DEPTH + 1:
+    if nests_deeper(item, text, MAX_RESULT_DEPTH + 1):  # the item's own object is a level above its result
         raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
     return budget.text_size(text)
 
