@@ -4,9 +4,16 @@ Exception
  ├── InvalidCursor          a host refuses a continuation cursor; the message becomes the item's error
  └── HostContractError      a host does not meet a plugin's manifest (a required hook is missing)
       └── ManifestError     a plugin.toml that cannot be read or is not well formed
+
+and ``sole_cause``, which finds what went wrong inside the exception groups anyio wraps it in.
 """
 
 from __future__ import annotations
+
+import sys
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 
 class InvalidCursor(Exception):
@@ -19,3 +26,11 @@ class HostContractError(Exception):
 
 class ManifestError(HostContractError):
     """A plugin manifest that cannot be read or does not say what it must."""
+
+
+def sole_cause(exc: BaseException) -> BaseException:
+    """The exception inside ``exc``'s groups of one (anyio's task groups wrap what happened); ``exc`` itself
+    when it is no group, or a group of several."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

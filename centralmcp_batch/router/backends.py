@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +12,7 @@ from typing import Any
 import anyio
 
 from .. import _compat
-
-if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
-    from exceptiongroup import BaseExceptionGroup
+from ..errors import sole_cause
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
@@ -161,7 +158,6 @@ def describe_failure(exc: BaseException) -> str:
     The SDK's clients fail inside task groups, so the exception that says what happened (refused,
     401, no handshake) comes wrapped in groups of one; a URL in its first line keeps its host only.
     """
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_cause(exc)
     text = _URL_TAIL.sub(r"\1", str(exc).split("\n", 1)[0])  # httpx adds a second line: a link to its docs
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -11,10 +11,8 @@ from typing import Any
 
 import anyio
 
-if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
-    from exceptiongroup import BaseExceptionGroup
-
 from ... import _compat
+from ...errors import sole_cause
 from .. import CommandFailed
 from .render import ProgressLine, summary, table
 from .script import DemoCall, batch_problems, demo_calls, same_data
@@ -44,9 +42,7 @@ async def _run_demo_in_time(say: Say) -> list[str]:
 
 
 def _describe(exc: BaseException) -> str:
-    # anyio task groups wrap the real cause; show the innermost one.
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_cause(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
