@@ -112,6 +112,8 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
         "get_webhook_report",
         "get_running_config",
         "get_webhook_by_number",
+        "count_devices_by_tag",
+        "get_site_by_code",
         "ping_device",
     }
     assert set(router._tool_index) == monitoring | {"list_sites", "rename_site", "reboot_device"}

@@ -134,6 +134,24 @@ async def test_an_argument_the_backend_refuses_is_named_in_the_error_never_its_v
     assert SECRET not in answer.text and token not in answer.text
 
 
+async def test_an_invalid_argument_is_retold_without_a_key_the_caller_chose_or_a_validators_text(
+    client: _compat.ClientHandle,
+) -> None:
+    # pydantic puts a nested dict key in the error's location and a custom validator's own words in its
+    # message; both may be a secret. The error names the schema's field and pydantic's error type only.
+    token = single_read(await client.call_tool("invoke_read_tool", WEBHOOK))["signing_secret"]
+    calls = [
+        {"name": "count_devices_by_tag", "arguments": {"tags": {token: "many"}}},
+        {"name": "get_site_by_code", "arguments": {"code": token}},
+    ]
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": calls})
+    errors = [item["error"] for item in answer.structured["results"]]
+    not_an_integer = "Input should be a valid integer, unable to parse string as an integer [int_parsing]"
+    assert errors[0].endswith(f"invalid arguments: tags[<key>]: {not_an_integer}")
+    assert errors[1].endswith("invalid arguments: code: the value is not valid [value_error]")
+    assert SECRET not in answer.text and token not in answer.text and "upper case" not in answer.text
+
+
 @pytest.mark.skipif(_compat.SDK_MAJOR >= 2, reason="SDK 2.x has no session object that outlives a request")
 async def test_tokens_are_kept_per_client_session(router: ModuleType) -> None:
     async with _compat.connect(router.mcp) as first:

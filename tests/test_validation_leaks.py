@@ -20,8 +20,8 @@ from backends.probe import probe_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from centralmcp_batch import _compat
-from centralmcp_batch.router import Router, StdioBackend, validation
+from centralmcp_batch import _compat, validation
+from centralmcp_batch.router import Router, StdioBackend
 
 HERE = Path(__file__).resolve().parent
 SECRET = "qx9SECRET"

@@ -21,7 +21,7 @@ from typing import Any
 import pluggy
 import pydantic
 
-from .. import _compat, budget, hosting, models, settings
+from .. import _compat, budget, hosting, models, settings, validation
 from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor
 from ..hookspecs import hookimpl
@@ -103,7 +103,7 @@ class CentralMCPHooks:
         try:  # the router's Context goes through, as invoke_read_tool forwards it
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
-            return {"error": _error_text(e)}
+            return {"error": _error_text(e, self._backend_tool(tool.name))}
         answer = self._bound(result, max_bytes, resume or 0, tool.name, args)
         if _clipped(answer):  # a page, or a preview of the text
             bound = functools.partial(self._bound, offset=resume or 0, name=tool.name, args=args)
@@ -130,15 +130,17 @@ class CentralMCPHooks:
         return answer
 
 
-def _error_text(exc: Exception) -> str:
-    """``Type: message``; a message about invalid arguments names each field and what is wrong, never the
-    value given (the SDK's own text quotes it, and a value may be a secret the tokenizer put back)."""
+def _error_text(exc: Exception, backend_tool: Any) -> str:
+    """``Type: message``; a message about invalid arguments is retold as the reference router retells one
+    (``validation``): each field of the tool's own schema and pydantic's fixed message, never the value
+    given, a key the caller chose or a custom validator's text (the SDK's own text quotes values, and a
+    value may be a secret the tokenizer put back)."""
     invalid = _validation_error(exc)
     if invalid is None:
         return f"{type(exc).__name__}: {exc}"
-    fields = invalid.errors(include_url=False, include_input=False, include_context=False)
-    problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'arguments'}: {error['msg']}" for error in fields)
-    return f"{type(exc).__name__}: invalid arguments: {problems}"
+    details = invalid.errors(include_url=False, include_input=False, include_context=False)
+    fields = validation.field_names(getattr(backend_tool, "parameters", None) or {})
+    return f"{type(exc).__name__}: invalid arguments: {validation.details_text(details, fields)}"
 
 
 def _validation_error(exc: BaseException) -> pydantic.ValidationError | None:

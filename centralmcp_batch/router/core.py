@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from .. import _compat, hosting, pipeline
+from .. import _compat, hosting, pipeline, validation
 from ..engine import Guards
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
@@ -18,7 +18,6 @@ from ..host import HostHooks
 from ..models import CallContext, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
-from . import validation
 from .backends import RemoteBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog

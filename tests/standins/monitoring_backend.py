@@ -1,8 +1,9 @@
 """Stand-in backend ``aruba-monitoring``: read tools (a long list, one that takes the caller's
 Context, one whose upstream fails) and a diagnostic."""
 
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator
 from standins.centralmcp_shared import DIAGNOSTIC, READ_ONLY
 
 from centralmcp_batch import _compat
@@ -73,6 +74,24 @@ def get_running_config(serial: str, kb: int = 20) -> dict[str, Any]:
 def get_webhook_by_number(number: int) -> dict[str, Any]:
     calls.append(("get_webhook_by_number", {"number": number}))
     return {"number": number}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def count_devices_by_tag(tags: dict[str, int]) -> dict[str, Any]:
+    calls.append(("count_devices_by_tag", {"tags": tags}))
+    return {"tags": tags}
+
+
+def _site_code(code: str) -> str:
+    if not code.isupper():
+        raise ValueError(f"site code {code!r} must be upper case")  # quotes the value, as many validators do
+    return code
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_site_by_code(code: Annotated[str, AfterValidator(_site_code)]) -> dict[str, Any]:
+    calls.append(("get_site_by_code", {"code": code}))
+    return {"code": code}
 
 
 @mcp.tool(annotations=DIAGNOSTIC)

@@ -69,10 +69,15 @@ def field_names(input_schema: Mapping[str, Any]) -> list[str]:
 
 def from_details(tool: str, details: Sequence[Mapping[str, Any]], fields: Iterable[str]) -> str:
     """The message for pydantic's structured errors (type, loc, msg; never the input)."""
+    return f"invalid arguments for tool {tool!r}: " + details_text(details, fields)
+
+
+def details_text(details: Sequence[Mapping[str, Any]], fields: Iterable[str]) -> str:
+    """Each of pydantic's structured errors as ``field: message``, built only from what the caller did not choose."""
     known = set(fields)
     parts = [f"{_location(detail.get('loc', ()), known)}: {_message(detail)}" for detail in details[:MAX_DETAILS]]
     more = f" (and {len(details) - MAX_DETAILS} more)" if len(details) > MAX_DETAILS else ""
-    return f"invalid arguments for tool {tool!r}: " + "; ".join(parts) + more
+    return "; ".join(parts) + more
 
 
 def from_text(tool: str, text: str, fields: Sequence[str]) -> str:
