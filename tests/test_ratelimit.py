@@ -279,6 +279,31 @@ async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(red
     assert waits[:2] == [0.0, 0.0] and 0.5 - took <= waits[2] <= 0.5 and 1.0 - took <= waits[3] <= 1.0
 
 
+async def test_a_redis_clock_stepped_back_keeps_the_queue_and_adds_no_wait(redis_url: str) -> None:
+    # What routers leave in Redis while its server's clock runs an hour ahead: three slots taken at a tenth of
+    # a second each, the last reservation read an hour from the clock it reads now it has been stepped back.
+    from redis.asyncio import Redis
+
+    from centralmcp_batch.ratelimit import redis_store
+
+    key = f"acct-{uuid.uuid4()}"
+    raw = Redis.from_url(redis_url)
+    seconds, micros = await raw.time()
+    ahead = seconds + micros / 1e6 + 3600.0
+    await raw.set(redis_store.KEY_PREFIX + key, f"{ahead + 0.3:.6f}", px=120_000)
+    await raw.set(redis_store.CLOCK_PREFIX + key, f"{ahead:.6f}", px=120_000)
+    store = open_store(redis_url)
+    try:
+        waits = [await store.reserve(key, 0.1, 2) for _ in range(2)]
+        tat = float(await raw.get(redis_store.KEY_PREFIX + key))  # still the TAT alone, as earlier versions read it
+    finally:
+        await store.close()
+        await raw.aclose()
+    # The three slots still count, a tenth of a second each, not an hour
+    assert waits == pytest.approx([0.2, 0.3], abs=0.05)
+    assert tat == pytest.approx(seconds + micros / 1e6 + 0.5, abs=1.0)
+
+
 async def test_redis_stopped_and_restarted_mid_run(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(open_store(redis_server.url), 200.0, 5, retry_seconds=0.2)
     try:

@@ -11,18 +11,26 @@ from typing import Any
 from .errors import StoreUnavailable
 
 KEY_PREFIX = "centralmcp:rate:"
+CLOCK_PREFIX = "centralmcp:rate-clock:"  # not under KEY_PREFIX: no bucket name can be a clock's
 TIMEOUT_SECONDS = 0.5  # a Redis slower than this is treated as down; the local bucket paces meanwhile
 
-# KEYS[1] the bucket; ARGV[1] the interval, ARGV[2] the burst. Returns the wait as a string: a
-# Lua number would come back truncated to an integer. The key expires once its TAT is long past.
+# KEYS[1] the bucket's TAT, KEYS[2] the server's clock at its last reservation (a key of its own, so that
+# routers of earlier versions share the bucket unchanged); ARGV[1] the interval, ARGV[2] the burst. A clock
+# that reads earlier than the last reservation was stepped back, and the TAT moves back with it, as
+# ``gcra.rebase`` does. Returns the wait as a string: a Lua number would come back truncated to an
+# integer. Both keys expire once the TAT is long past.
 RESERVE_SCRIPT = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
+local seen = tonumber(redis.call('GET', KEYS[2]))
+if seen and now < seen then tat = tat - (seen - now) end
 if tat < now then tat = now end
 tat = tat + interval
-redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 60000)
+local expiry = math.ceil((tat - now) * 1000) + 60000
+redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', expiry)
+redis.call('SET', KEYS[2], string.format('%.6f', now), 'PX', expiry)
 local wait = tat - burst * interval - now
 if wait < 0 then wait = 0 end
 return string.format('%.6f', wait)
@@ -56,7 +64,7 @@ class RedisStore:
         from redis.exceptions import RedisError
 
         try:
-            answer = await self._script(keys=[KEY_PREFIX + key], args=[repr(interval), burst])
+            answer = await self._script(keys=[KEY_PREFIX + key, CLOCK_PREFIX + key], args=[repr(interval), burst])
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"Redis at {self.url} is unreachable ({type(exc).__name__}: {exc})") from exc
         return float(answer)
