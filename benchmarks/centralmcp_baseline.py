@@ -483,27 +483,30 @@ def goal(name: str, rows: Sequence[Match], match: Match, key: str, limit: float,
 BATCH_OF_ONE = {"case": "n=1: plugin batch vs one invoke_read_tool"}
 BATCH_OF_25 = {"case": "n=25: plugin vs the built-in batch"}
 SCHEMA_FLOOR = {"case": "n=1: a fixed batch answer vs one invoke_read_tool"}
+BATCH_OF_ONE_TARGET = "n=1: plugin batch <= 1.1x one invoke_read_tool"  # shows SCHEMA_FLOOR's figure beside its own
+
+
+GOALS = [  # (target, scenario, row, figure, limit, at most?)
+    ("schema check of a 25-entry answer <= 1 ms", "schema", {"schema": "plugin", "n": 25}, "check_ms", 1.0, True),
+    (BATCH_OF_ONE_TARGET, "mcp", BATCH_OF_ONE, "plugin_over_baseline", 1.1, True),
+    ("n=25 in process: plugin <= 1.0x the loop", "in_process", {"n": 25}, "plugin_over_loop", 1.0, True),
+    ("n=25 in process: own cost <= 25 us per entry", "in_process", {"n": 25}, "own_us_per_entry", 25.0, True),
+    ("n=25 over MCP: plugin <= 1.0x the built-in batch", "mcp", BATCH_OF_25, "plugin_over_baseline", 1.0, True),
+    ("HTTP 8 clients: entries/s >= 1.0x the built-in", "http", {"clients": 8}, "plugin_over_baseline", 1.0, False),
+    ("peak memory over MCP <= 1.0x built-in", "memory", {"where": "MCP session"}, "plugin_over_baseline", 1, True),
+]
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     def rows(name: str) -> list[Match]:
         return list(report.get(name, []))
 
-    wanted = [  # (target, scenario, row, figure, limit, at most?)
-        ("schema check of a 25-entry answer <= 1 ms", "schema", {"schema": "plugin", "n": 25}, "check_ms", 1.0, True),
-        ("n=1: plugin batch <= 1.1x one invoke_read_tool", "mcp", BATCH_OF_ONE, "plugin_over_baseline", 1.1, True),
-        ("n=25 in process: plugin <= 1.0x the loop", "in_process", {"n": 25}, "plugin_over_loop", 1.0, True),
-        ("n=25 in process: own cost <= 25 us per entry", "in_process", {"n": 25}, "own_us_per_entry", 25.0, True),
-        ("n=25 over MCP: plugin <= 1.0x the built-in batch", "mcp", BATCH_OF_25, "plugin_over_baseline", 1.0, True),
-        ("HTTP 8 clients: entries/s >= 1.0x the built-in", "http", {"clients": 8}, "plugin_over_baseline", 1.0, False),
-        ("peak memory over MCP <= 1.0x built-in", "memory", {"where": "MCP session"}, "plugin_over_baseline", 1, True),
-    ]
-    found = [
-        goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in wanted
-    ]
+    found = [goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in GOALS]
     floor = bench.find_row(rows("mcp"), **SCHEMA_FLOOR)
     if floor is not None:  # what the batch of 1 cannot go below while the tool publishes its output schema
-        found[1]["floor"] = round(floor["plugin_over_baseline"]["median"], 3)
+        # By name, not by place in GOALS: a target added or moved must not take another's floor.
+        batch_of_one = next(item for item in found if item["target"] == BATCH_OF_ONE_TARGET)
+        batch_of_one["floor"] = round(floor["plugin_over_baseline"]["median"], 3)
     return found
 
 

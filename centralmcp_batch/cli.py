@@ -49,10 +49,15 @@ def _allowed_host(text: str) -> str:
 
 
 def _allowed_origin(text: str) -> str:
+    from .router.serve import split_port
+
     origin = text.strip()
     scheme, _, rest = origin.partition("://")
-    if scheme not in ("http", "https") or not rest or any(mark in rest for mark in " /*,"):
-        hint = "give scheme://host[:port], such as https://app.example.com"
+    name, port = split_port(rest)
+    # `:*` is any port of that one name, as the SDKs read it; a `*` anywhere else would be a wildcard host
+    port_ok = port is None or port == "*" or (port.isascii() and port.isdigit())
+    if scheme not in ("http", "https") or not name or any(mark in name for mark in " /*,") or not port_ok:
+        hint = "give scheme://host[:port] (:* for any port), such as https://app.example.com"
         raise argparse.ArgumentTypeError(f"invalid origin {text!r}: {hint}")
     return origin
 

@@ -46,6 +46,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         (["serve", "--demo", "--allow-host", "mcp.example.com"], "--allow-origin apply to --transport http only"),
         (["serve", "--demo", "--transport", "http", "--allow-host", "http://x"], "invalid host 'http://x'"),
         (["serve", "--demo", "--transport", "http", "--allow-origin", "app.example"], "invalid origin 'app.example'"),
+        (["serve", "--demo", "--transport", "http", "--allow-origin", "https://*.a"], "invalid origin 'https://*.a'"),
+        (["serve", "--demo", "--transport", "http", "--allow-origin", "https://a:x"], "invalid origin 'https://a:x'"),
         (["serve", "--demo", "--config", "router.toml"], "not allowed with argument --demo"),
         (["serve", "--transport", "websocket", "--demo"], "invalid choice: 'websocket'"),
         (["serve", "--config", "no/such/router.toml"], "router config 'no/such/router.toml' does not exist"),

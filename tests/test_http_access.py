@@ -100,11 +100,41 @@ async def test_allowed_hosts_and_origins_from_flags(stop: list[subprocess.Popen[
 
 
 @pytest.mark.anyio
+async def test_a_default_port_is_the_same_as_no_port(stop: list[subprocess.Popen[bytes]]) -> None:
+    port = await serving(
+        stop,
+        *("--allow-origin", "https://app.example.test:443", "--allow-origin", "http://plain.example.test"),
+        *("--allow-origin", "https://any.example.test:*"),
+        *("--allow-host", "tls.example.test:443", "--allow-host", "web.example.test:80"),
+    )
+    here = f"127.0.0.1:{port}"
+    # A browser never writes its scheme's default port in an Origin header; another client may.
+    assert status(port, here, origin="https://app.example.test") == 200
+    assert status(port, here, origin="https://app.example.test:443") == 200
+    assert status(port, here, origin="http://plain.example.test:80") == 200
+    assert status(port, here, origin="https://any.example.test") == 200  # any port includes the default one
+    assert status(port, here, origin="https://any.example.test:8443") == 200
+    assert status(port, here, origin="http://app.example.test") == 403  # another scheme is another origin
+    assert status(port, here, origin="https://app.example.test:8443") == 403
+    assert status(port, here, origin="https://plain.example.test") == 403
+    # A Host header without a port names the scheme's default port: 80 or 443, whichever the client used.
+    assert status(port, "tls.example.test") == 200
+    assert status(port, "tls.example.test:443") == 200
+    assert status(port, "web.example.test") == 200
+    assert status(port, "tls.example.test:8443") == 421
+    assert status(port, "web.example.test:443") == 421  # a port given is that port only
+
+
+@pytest.mark.anyio
 async def test_allowed_hosts_and_origins_from_the_environment(stop: list[subprocess.Popen[bytes]]) -> None:
-    env = {cli.ALLOWED_HOSTS_ENV: "a.example.test, b.example.test", cli.ALLOWED_ORIGINS_ENV: "https://app.example.test"}
+    env = {
+        cli.ALLOWED_HOSTS_ENV: "a.example.test, b.example.test, tls.example.test:443",
+        cli.ALLOWED_ORIGINS_ENV: "https://app.example.test, https://pinned.example.test:443",
+    }
     port = await serving(stop, env=env)
     assert status(port, f"b.example.test:{port}", origin="https://app.example.test") == 200
     assert status(port, f"c.example.test:{port}") == 421
+    assert status(port, "tls.example.test", origin="https://pinned.example.test") == 200  # as the flags
 
 
 def test_a_bad_environment_entry_is_an_argument_error_naming_the_variable(
@@ -144,3 +174,24 @@ def test_a_name_without_a_port_matches_any_port() -> None:
         "[::2]:*",
         "[::3]:7",
     ]
+
+
+def test_a_default_port_and_no_port_make_the_same_patterns() -> None:
+    hosts = HttpAccess(("tls.example.test:443", "web.example.test:80", "[::3]:443", "other.example.test:443:8"))
+    assert hosts.host_patterns() == [
+        "tls.example.test",
+        "tls.example.test:443",
+        "web.example.test",
+        "web.example.test:80",
+        "[::3]",
+        "[::3]:443",
+        "other.example.test:443:8",  # not a default port: that one only
+    ]
+
+    def origins(*given: str) -> list[str]:
+        return HttpAccess(origins=given).origin_patterns()
+
+    assert origins("https://a.test") == origins("https://a.test:443") == ["https://a.test", "https://a.test:443"]
+    assert origins("http://b.test:80") == ["http://b.test", "http://b.test:80"]
+    assert origins("http://c.test:443", "https://c.test:8443") == ["http://c.test:443", "https://c.test:8443"]
+    assert origins("https://d.test:*") == ["https://d.test", "https://d.test:*"]

@@ -25,7 +25,7 @@ import pytest
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
-from centralmcp_batch import _compat
+from centralmcp_batch import _compat, settings
 from centralmcp_batch.router import Router, StdioBackend, backends, core
 from centralmcp_batch.testing import call
 
@@ -86,6 +86,64 @@ async def test_an_error_response_or_a_refused_answer_fails_only_its_own_entry() 
         for name, error in EXPECTED_ERRORS.items():  # a single read says the same
             assert await single(router, name) == {"error": error, "tool": name, "status": "error"}
         assert await pid(router) == before and router.remotes["hostile"].client is client  # never reconnected
+
+
+# -- the probe after a failed call waits as long as the call may -------------------------
+
+
+async def test_a_slow_probe_within_the_call_time_limit_keeps_the_session() -> None:
+    # The probe is answered 6 s late, well within the default 60 s call time limit: the session is
+    # sound and only slow, so the entry gets the backend's error and the session stays.
+    router = hostile_router(HOSTILE_SLOW_PROBE="6")
+    async with router.connected():
+        before, client = await pid(router), router.remotes["hostile"].client
+        results = await batch(router, "rpc_error")
+        assert [(item["status"], item["error"]) for item in results] == [("error", "no such thing here")]
+        assert router.remotes["hostile"].client is client and await pid(router) == before  # never reconnected
+
+
+async def test_a_probe_gives_its_verdict_within_a_short_call_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A session that answers a probe 60 s late does not answer within the 2 s a call may take: it is
+    # reopened, and the entry says so, before its call time limit passes.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "2")
+    router = hostile_router(HOSTILE_SLOW_PROBE="60")
+    async with router.connected():
+        before = await pid(router)
+        results = await batch(router, "rpc_error")
+        assert [(item["status"], item["error"]) for item in results] == [
+            ("error", "backend 'hostile' went away: " + ("MCPError" if _compat.SDK_2 else "McpError"))
+        ]
+        with anyio.fail_after(30):  # reopened: a new backend process, which answers at once
+            while "pid" not in (answer := await single(router, "whoami")):
+                await anyio.sleep(0.1)
+        assert answer["pid"] != before
+
+
+async def test_a_probe_left_too_little_time_reopens_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 0.5 s call time limit leaves its probe under MIN_PROBE_SECONDS: its silence could be a slow
+    # session as well as a lost one, so the session, and the calls in flight on it, stay.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "0.5")
+    router = hostile_router(HOSTILE_SLOW_PROBE="60")
+    async with router.connected():
+        client = router.remotes["hostile"].client
+        results = await batch(router, "rpc_error")
+        # The verdict lands about 50 ms before the call's limit: on a loaded machine the limit may come
+        # first. Either way the session, and the calls in flight on it, are kept.
+        timed_out = "TimeoutError: the backend call timed out after 0.5s"
+        assert [(item["status"], item["error"]) for item in results] in (
+            [("error", "no such thing here")],
+            [("error", timed_out)],
+        )
+        assert router.remotes["hostile"].client is client
+
+
+async def test_the_probe_waits_for_what_the_call_has_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "1000")
+    assert backends.probe_seconds() == backends.MAX_PROBE_SECONDS  # no deadline: the configured call limit
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "3")
+    assert backends.probe_seconds() == pytest.approx(3 * backends.PROBE_SHARE)
+    with anyio.move_on_after(10):  # the call's own deadline: 10 s left, less a tenth
+        assert 8.0 < backends.probe_seconds() <= 9.0
 
 
 # -- the whole tool list, over every page ---------------------------------------------

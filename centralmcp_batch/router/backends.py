@@ -13,13 +13,20 @@ import anyio
 
 from .. import _compat
 from ..errors import sole_cause
+from ..settings import BatchSettings
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
 MAX_RECONNECT_DELAY = 30.0  # the delay doubles while the backend stays down, up to this
 # connect, initialize and list the tools within this; generous, as an npx server's first start downloads it
 HANDSHAKE_SECONDS = 120.0
-PROBE_SECONDS = 5.0  # after a failed call: a session that answers a probe within this is still sound
+# After a failed call the router probes the session to tell a failed call from a lost session. The
+# probe is part of the call, so it gets a share of the time the call has left (the rest is for the
+# verdict, which must land before the call's time limit cancels it), and no more than a handshake.
+PROBE_SHARE = 0.9
+MAX_PROBE_SECONDS = HANDSHAKE_SECONDS
+# A probe left less than this cannot tell a slow session from a lost one: its silence reopens nothing.
+MIN_PROBE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -120,20 +127,32 @@ class RemoteBackend:
             # A JSON-RPC error, or an answer the client refuses, fails this call alone: tearing the
             # session down for it would fail every other call in flight on it. Only a session that
             # no longer answers is reopened.
-            if await _still_answers(client):
+            if await _still_answers(client, probe_seconds()):
                 return _failed_call(exc)
             self._broken.set()  # the owning task reconnects for the next call
             raise ConnectionError(f"backend {self.name!r} went away: {type(exc).__name__}") from exc
 
 
-async def _still_answers(client: _compat.ClientHandle) -> bool:
-    with anyio.move_on_after(PROBE_SECONDS):
+def probe_seconds() -> float:
+    """How long the probe after a failed call may wait: PROBE_SHARE of what the call has left.
+
+    What it has left is the time to the call's deadline (its call time limit, or the batch's if that
+    passes first); a call made outside any (a host calling ``call`` itself) has the configured call
+    time limit, ``CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS``.
+    """
+    deadline = anyio.current_effective_deadline()
+    left = deadline - anyio.current_time() if deadline != math.inf else BatchSettings.from_env().call_timeout
+    return max(0.0, min(left * PROBE_SHARE, MAX_PROBE_SECONDS))
+
+
+async def _still_answers(client: _compat.ClientHandle, seconds: float) -> bool:
+    with anyio.move_on_after(seconds):
         try:
             await client.probe()
-        except Exception:
+        except Exception:  # the session is closed or broken: no waiting tells anything more
             return False
         return True
-    return False
+    return seconds < MIN_PROBE_SECONDS  # silent: lost, unless it had too little time to answer
 
 
 def _failed_call(exc: Exception) -> _compat.Answer:

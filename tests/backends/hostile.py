@@ -3,7 +3,9 @@
 No MCP SDK here: each tool's answer is the exact ``tools/call`` result (or JSON-RPC error) below,
 and a few tools first send the client requests or notifications of their own. ``HOSTILE_PAGES``
 splits ``tools/list`` into that many pages (``nextCursor``); ``HOSTILE_EXTRA`` adds that many
-plain read tools ``extra_0``, ``extra_1``, ... at the end of the list.
+plain read tools ``extra_0``, ``extra_1``, ... at the end of the list. ``HOSTILE_SLOW_PROBE`` makes it
+answer the first ``ping`` or ``tools/list`` after a JSON-RPC error that many seconds late, all else
+waiting behind it: the router's probe of the session after a failed call.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 READ = {"readOnlyHint": True}
@@ -70,6 +73,8 @@ def tools() -> list[dict[str, Any]]:
 
 EXTRA = int(os.environ.get("HOSTILE_EXTRA", "0"))
 PAGES = max(1, int(os.environ.get("HOSTILE_PAGES", "1")))
+SLOW_PROBE = float(os.environ.get("HOSTILE_SLOW_PROBE", "0"))
+PROBES = ("ping", "tools/list")
 
 
 def send(message: dict[str, Any]) -> None:
@@ -87,7 +92,8 @@ def list_page(params: dict[str, Any] | None) -> dict[str, Any]:
     return page
 
 
-def answer_call(request_id: Any, params: dict[str, Any]) -> None:
+def answer_call(request_id: Any, params: dict[str, Any]) -> bool:
+    """Answer one tools/call; True when the answer is a JSON-RPC error."""
     name = params["name"]
     if name == "big":
         size = int(params.get("arguments", {}).get("size", 1_000_000))
@@ -103,12 +109,15 @@ def answer_call(request_id: Any, params: dict[str, Any]) -> None:
         send({"id": request_id, "result": {"content": [text(json.dumps({"pid": os.getpid()}))]}})
     elif name in ANSWERS and "rpc_error" in ANSWERS[name]:
         send({"id": request_id, "error": ANSWERS[name]["rpc_error"]})
+        return True
     elif name in ANSWERS:
         send({"id": request_id, "result": ANSWERS[name]})
     elif any(tool["name"] == name for tool in tools()):
         send({"id": request_id, "result": {"content": [text(json.dumps({"name_length": len(name)}))]}})
     else:
         send({"id": request_id, "error": {"code": -32602, "message": f"Unknown tool: {name[:50]}"}})
+        return True
+    return False
 
 
 def main() -> None:
@@ -118,9 +127,13 @@ def main() -> None:
             pass
         return
     asked: dict[str, Any] = {}  # our request id -> the tools/call id waiting for its answer
+    probe_due = False  # a call was answered with an error: the next probe is answered SLOW_PROBE late
     for line in sys.stdin:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
+        if method in PROBES and probe_due:
+            time.sleep(SLOW_PROBE)
+            probe_due = False
         if method is None:  # the client's answer to one of our requests
             waiting = asked.pop(str(request_id), None)
             if waiting is not None:
@@ -138,7 +151,8 @@ def main() -> None:
             asked[f"ask-{request_id}"] = request_id
             send({"id": f"ask-{request_id}", "method": ask_method, "params": ask_params})
         elif method == "tools/call":
-            answer_call(request_id, message["params"])
+            failed = answer_call(request_id, message["params"])
+            probe_due = probe_due or (failed and SLOW_PROBE > 0)
         elif method == "ping":
             send({"id": request_id, "result": {}})
         elif request_id is not None:
