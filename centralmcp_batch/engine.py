@@ -21,6 +21,7 @@ from typing import Any, Protocol, cast
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import TaskGroup
 
 from . import budget
 from .models import (
@@ -625,20 +626,21 @@ class _Run:
             await self.work_through(pending, deadline)
         else:
             try:
-                async with anyio.create_task_group() as tasks:
-                    # Each worker's scope carries the batch time limit, so a worker tells a late answer
-                    # from its own scope as one worker does; the group's scope carries it too, for
-                    # whatever a worker awaits outside its scope.
-                    tasks.cancel_scope.deadline = deadline
-                    self.helpers_wanted = workers - 1
-                    self.start_helper = functools.partial(tasks.start_soon, self.work_as_helper, pending, deadline)
-                    self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
-                    await self.work_through(pending, deadline)
-                    self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
-                    self.stop_ramp()  # and the ramp's watch would hold the group
+                await _in_group(functools.partial(self.work_in_group, pending, deadline, workers), deadline)
             finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
                 self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
         await self.report_deadline()
+
+    async def work_in_group(
+        self, pending: Iterator[ValidCall], deadline: float, workers: int, tasks: TaskGroup
+    ) -> None:
+        """This task's worker, in ``tasks``, where the ramp starts the others once waiting takes the time."""
+        self.helpers_wanted = workers - 1
+        self.start_helper = functools.partial(tasks.start_soon, _group_task, self.work_as_helper, pending, deadline)
+        self.start_ramp = functools.partial(tasks.start_soon, _group_task, self.ramp)
+        await self.work_through(pending, deadline)
+        self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
+        self.stop_ramp()  # and the ramp's watch would hold the group
 
     def entry_waits(self) -> None:
         """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``)."""
@@ -807,6 +809,52 @@ def _no_helper() -> None:
     return None
 
 
+async def _in_group(work: Callable[[TaskGroup], Awaitable[None]], deadline: float) -> None:
+    """Await ``work(tasks)`` in a new task group, ``tasks``, whose scope carries the batch ``deadline``.
+
+    Each worker's scope carries the batch time limit, so a worker tells a late answer from its own
+    scope as one worker does; the group's scope carries it too, for whatever a worker awaits outside
+    its scope. A cancellation leaves this frame holding nothing of the batch (see ``_group_task``):
+    before anyio 4.7, the group's exit kept the traceback it was handed, from this frame down, in a
+    reference cycle of its own.
+    """
+    async with anyio.create_task_group() as tasks:
+        tasks.cancel_scope.deadline = deadline
+        try:
+            await work(tasks)
+        except anyio.get_cancelled_exc_class() as exc:
+            _drop_frames_below(exc)
+            del work  # this frame stays in the traceback (and, before anyio 4.7, in the group's exit)
+            raise
+
+
+async def _group_task(work: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Await ``work(*args)`` as a task of the batch's group, which a cancellation leaves without the batch.
+
+    anyio's task group keeps the exception that ends a task in a reference cycle (the frame of its
+    done callback, in the exception's own traceback, holds the exception), and the traceback holds
+    every frame the cancellation came through: the run, the entries, their guards and readers would
+    wait for the cycle collector with it.
+    """
+    try:
+        await work(*args)
+    except anyio.get_cancelled_exc_class() as exc:
+        _drop_frames_below(exc)
+        del work, args  # this frame stays in the traceback
+        raise
+
+
+def _drop_frames_below(exc: BaseException) -> None:
+    """Drop from the traceback of ``exc``, just caught, the frames below the one that caught it.
+
+    For cancellations only: nobody reads where a cancellation found the batch, while an error's
+    traceback is how it is debugged.
+    """
+    caught_here = exc.__traceback__
+    if caught_here is not None:
+        caught_here.tb_next = None
+
+
 def _uncontended_lock() -> anyio.Lock:
     """A lock that costs no event-loop turn when nobody holds it (anyio >= 4.5); else anyio's plain one.
 
@@ -848,8 +896,10 @@ async def run_batch(
     run = _Run(entries, reader, settings, observer, self_names)
     try:
         await run.run_all()
-    except anyio.get_cancelled_exc_class():  # the client, or the router shutting down: no answer will go out
+    except anyio.get_cancelled_exc_class() as exc:  # the client, or the router shutting down: no answer will go out
+        _drop_frames_below(exc)  # the entries' frames, which a task group's cycle would keep (see _group_task)
         await _tell_cancelled(observer, time.perf_counter() - started)
+        del calls, reader, settings, observer, entries, run  # this frame stays in the traceback
         raise
     items = [item for item in run.items if item is not None]
     response = budget.fit(assemble(items), settings.response_max_bytes, run.sizes)
