@@ -204,12 +204,31 @@ def _driven(reading: Coroutine[Any, Any, Any], guards: Guards, run: _Run | None 
     ``Guards``), and tell ``run`` (a batch that may still start workers) how long the waits take.
 
     What the reading waits on goes up to the task, and what the task answers (values, exceptions,
-    cancellation) goes down to the reading.
+    cancellation) goes down to the reading. A reading that swallowed a plain ``task.cancel()`` is
+    not answered: the cancellation goes on up once the reading is over (see ``_swallowed_cancel``).
     """
     try:
         waiting_on = reading.send(None)
     except StopIteration as done:
         return done.value
+    requests = _cancel_requests()  # counted before the first wait: only a wait lets a cancellation in
+    try:
+        answer = yield from _waited(reading, waiting_on, guards, run)
+    except BaseException as exc:
+        if isinstance(exc, GeneratorExit | asyncio.CancelledError) or not _swallowed_cancel(requests):
+            raise
+        # A failure after a swallowed cancellation: the cancellation is raised below, out of this
+        # handler, so that it does not carry the failure and its frames along.
+    else:
+        if not _swallowed_cancel(requests):
+            return answer
+    raise asyncio.CancelledError("the task was cancelled while a read waited, and the read went on")
+
+
+def _waited(
+    reading: Coroutine[Any, Any, Any], waiting_on: Any, guards: Guards, run: _Run | None
+) -> Generator[Any, Any, Any]:
+    """The rest of ``_driven``, once ``reading`` waits on ``waiting_on``."""
     watching = run if run is not None and run.helpers_wanted > 0 else None
     if watching is not None:
         watching.entry_waits()
@@ -237,6 +256,20 @@ def _driven(reading: Coroutine[Any, Any, Any], guards: Guards, run: _Run | None 
                 waiting_on = reading.send(answer)
             except StopIteration as done:
                 return done.value
+
+
+def _swallowed_cancel(requests: int | None) -> bool:
+    """Whether a plain ``task.cancel()`` reached a reading that is over, and the reading swallowed it.
+
+    ``requests`` is ``_cancel_requests()`` from before the reading waited. anyio delivers its own
+    cancellations again at the next checkpoint while their scope is cancelled, and asyncio.timeout
+    takes its request back as it turns it into TimeoutError; a plain ``task.cancel()`` is delivered
+    once, so a request left over is one the reading swallowed, and the task must still stop.
+    """
+    if requests is None:
+        return False
+    now = _cancel_requests()
+    return now is not None and now > requests and anyio.current_effective_deadline() != -math.inf
 
 
 class Reader(Protocol):
@@ -305,13 +338,24 @@ def must_propagate(exc: BaseException) -> bool:
 
 
 def _cancel_requested() -> bool:
-    """Whether the current asyncio task has a cancel request pending (a plain ``task.cancel()``)."""
+    """Whether the current asyncio task has a cancel request pending (a plain ``task.cancel()``).
+
+    Not on asyncio, trio's Cancelled cannot be raised by hand, so it is real; Python 3.10 cannot
+    tell, so it is taken for real there too.
+    """
+    requests = _cancel_requests()
+    return requests is None or requests > 0
+
+
+def _cancel_requests() -> int | None:
+    """asyncio's count of cancel requests pending on the current task (``Task.cancelling()``); None
+    where none is kept: not on asyncio, or on Python 3.10."""
     try:
         task = asyncio.current_task()
-    except RuntimeError:  # not on asyncio: trio's Cancelled cannot be raised by hand, so it is real
-        return True
+    except RuntimeError:  # no asyncio loop running: trio
+        return None
     cancelling = getattr(task, "cancelling", None)
-    return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: treat it as real
+    return None if cancelling is None else cast(int, cancelling())
 
 
 def call_timed_out(timeout: float) -> str:

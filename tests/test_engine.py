@@ -687,6 +687,86 @@ async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> No
     assert sorted(cancelled) == [0, 1]
 
 
+@needs_cancelling
+@pytest.mark.parametrize("then", ["answers", "fails"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_plain_task_cancel_the_backend_swallows_still_cancels_the_batch(concurrency: int, then: str) -> None:
+    # asyncio's own cancel, which no anyio scope delivers again at the next await: the backend
+    # catches it and answers (or fails) anyway. The batch's task is still being cancelled, so the
+    # batch ends with the cancellation instead of answering as if nothing had happened.
+    reached = asyncio.Event()
+    dispatched: list[int] = []
+
+    async def swallows(call: ValidCall) -> str:
+        dispatched.append(call.index)
+        if call.index == 0:
+            reached.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                if then == "fails":
+                    raise RuntimeError("interrupted") from None
+                return "answered anyway"
+        return "next"
+
+    watcher = CancelWatcher(report_wait=0)
+    batch = asyncio.ensure_future(
+        engine.run_batch([{"name": "a"}] * 3, dispatching_reader(swallows), settings(concurrency=concurrency), watcher)
+    )
+    await reached.wait()
+    batch.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await batch
+    assert watcher.completed == 0 and len(watcher.cancelled) == 1
+    if concurrency == 1:
+        assert dispatched == [0]  # nothing more was dispatched once the batch knew
+
+
+@needs_cancelling
+async def test_a_single_read_whose_backend_swallows_a_plain_task_cancel_is_cancelled_too() -> None:
+    # Outside a batch (the reference router's invoke_read_tool), a call gets a scope of its own and
+    # the same driver: the task's cancellation goes on up there as well.
+    reached = asyncio.Event()
+
+    async def swallows() -> str:
+        reached.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "answered anyway"
+        return "never"
+
+    async def single_read() -> Any:
+        guards = Guards(call_timeout=20)
+        try:
+            return await guards.dispatch(swallows(), TOOL)
+        finally:
+            guards.dispatch_ended()
+
+    read = asyncio.ensure_future(single_read())
+    await reached.wait()
+    read.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await read
+
+
+@needs_cancelling
+async def test_a_backends_own_asyncio_timeout_is_not_the_batchs_cancellation() -> None:
+    # asyncio.timeout cancels the task it runs in too, and takes its request back as it turns it into
+    # a TimeoutError: the backend answers, and so does the batch.
+    async def gives_up(call: ValidCall) -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return "gave up"
+        return "never"
+
+    with anyio.fail_after(10):
+        response = await run([{"name": "a"}] * 2, dispatching_reader(gives_up), concurrency=1)
+    assert [item["result"] for item in response["results"]] == ["gave up", "gave up"]
+
+
 # -- the call time limit on the worker's scope (Guards.dispatch) ------------------------------
 
 
