@@ -21,6 +21,7 @@ from typing import Any, Protocol, cast
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import TaskGroup
 
 from . import budget
 from .models import (
@@ -203,12 +204,31 @@ def _driven(reading: Coroutine[Any, Any, Any], guards: Guards, run: _Run | None 
     ``Guards``), and tell ``run`` (a batch that may still start workers) how long the waits take.
 
     What the reading waits on goes up to the task, and what the task answers (values, exceptions,
-    cancellation) goes down to the reading.
+    cancellation) goes down to the reading. A reading that swallowed a plain ``task.cancel()`` is
+    not answered: the cancellation goes on up once the reading is over (see ``_swallowed_cancel``).
     """
     try:
         waiting_on = reading.send(None)
     except StopIteration as done:
         return done.value
+    requests = _cancel_requests()  # counted before the first wait: only a wait lets a cancellation in
+    try:
+        answer = yield from _waited(reading, waiting_on, guards, run)
+    except BaseException as exc:
+        if isinstance(exc, GeneratorExit | asyncio.CancelledError) or not _swallowed_cancel(requests):
+            raise
+        # A failure after a swallowed cancellation: the cancellation is raised below, out of this
+        # handler, so that it does not carry the failure and its frames along.
+    else:
+        if not _swallowed_cancel(requests):
+            return answer
+    raise asyncio.CancelledError("the task was cancelled while a read waited, and the read went on")
+
+
+def _waited(
+    reading: Coroutine[Any, Any, Any], waiting_on: Any, guards: Guards, run: _Run | None
+) -> Generator[Any, Any, Any]:
+    """The rest of ``_driven``, once ``reading`` waits on ``waiting_on``."""
     watching = run if run is not None and run.helpers_wanted > 0 else None
     if watching is not None:
         watching.entry_waits()
@@ -236,6 +256,20 @@ def _driven(reading: Coroutine[Any, Any, Any], guards: Guards, run: _Run | None 
                 waiting_on = reading.send(answer)
             except StopIteration as done:
                 return done.value
+
+
+def _swallowed_cancel(requests: int | None) -> bool:
+    """Whether a plain ``task.cancel()`` reached a reading that is over, and the reading swallowed it.
+
+    ``requests`` is ``_cancel_requests()`` from before the reading waited. anyio delivers its own
+    cancellations again at the next checkpoint while their scope is cancelled, and asyncio.timeout
+    takes its request back as it turns it into TimeoutError; a plain ``task.cancel()`` is delivered
+    once, so a request left over is one the reading swallowed, and the task must still stop.
+    """
+    if requests is None:
+        return False
+    now = _cancel_requests()
+    return now is not None and now > requests and anyio.current_effective_deadline() != -math.inf
 
 
 class Reader(Protocol):
@@ -304,13 +338,24 @@ def must_propagate(exc: BaseException) -> bool:
 
 
 def _cancel_requested() -> bool:
-    """Whether the current asyncio task has a cancel request pending (a plain ``task.cancel()``)."""
+    """Whether the current asyncio task has a cancel request pending (a plain ``task.cancel()``).
+
+    Not on asyncio, trio's Cancelled cannot be raised by hand, so it is real; Python 3.10 cannot
+    tell, so it is taken for real there too.
+    """
+    requests = _cancel_requests()
+    return requests is None or requests > 0
+
+
+def _cancel_requests() -> int | None:
+    """asyncio's count of cancel requests pending on the current task (``Task.cancelling()``); None
+    where none is kept: not on asyncio, or on Python 3.10."""
     try:
         task = asyncio.current_task()
-    except RuntimeError:  # not on asyncio: trio's Cancelled cannot be raised by hand, so it is real
-        return True
+    except RuntimeError:  # no asyncio loop running: trio
+        return None
     cancelling = getattr(task, "cancelling", None)
-    return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: treat it as real
+    return None if cancelling is None else cast(int, cancelling())
 
 
 def call_timed_out(timeout: float) -> str:
@@ -625,20 +670,21 @@ class _Run:
             await self.work_through(pending, deadline)
         else:
             try:
-                async with anyio.create_task_group() as tasks:
-                    # Each worker's scope carries the batch time limit, so a worker tells a late answer
-                    # from its own scope as one worker does; the group's scope carries it too, for
-                    # whatever a worker awaits outside its scope.
-                    tasks.cancel_scope.deadline = deadline
-                    self.helpers_wanted = workers - 1
-                    self.start_helper = functools.partial(tasks.start_soon, self.work_as_helper, pending, deadline)
-                    self.start_ramp = functools.partial(tasks.start_soon, self.ramp)
-                    await self.work_through(pending, deadline)
-                    self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
-                    self.stop_ramp()  # and the ramp's watch would hold the group
+                await _in_group(functools.partial(self.work_in_group, pending, deadline, workers), deadline)
             finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
                 self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
         await self.report_deadline()
+
+    async def work_in_group(
+        self, pending: Iterator[ValidCall], deadline: float, workers: int, tasks: TaskGroup
+    ) -> None:
+        """This task's worker, in ``tasks``, where the ramp starts the others once waiting takes the time."""
+        self.helpers_wanted = workers - 1
+        self.start_helper = functools.partial(tasks.start_soon, _group_task, self.work_as_helper, pending, deadline)
+        self.start_ramp = functools.partial(tasks.start_soon, _group_task, self.ramp)
+        await self.work_through(pending, deadline)
+        self.helpers_wanted = 0  # every entry is taken: no worker is wanted any more,
+        self.stop_ramp()  # and the ramp's watch would hold the group
 
     def entry_waits(self) -> None:
         """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``)."""
@@ -807,6 +853,52 @@ def _no_helper() -> None:
     return None
 
 
+async def _in_group(work: Callable[[TaskGroup], Awaitable[None]], deadline: float) -> None:
+    """Await ``work(tasks)`` in a new task group, ``tasks``, whose scope carries the batch ``deadline``.
+
+    Each worker's scope carries the batch time limit, so a worker tells a late answer from its own
+    scope as one worker does; the group's scope carries it too, for whatever a worker awaits outside
+    its scope. A cancellation leaves this frame holding nothing of the batch (see ``_group_task``):
+    before anyio 4.7, the group's exit kept the traceback it was handed, from this frame down, in a
+    reference cycle of its own.
+    """
+    async with anyio.create_task_group() as tasks:
+        tasks.cancel_scope.deadline = deadline
+        try:
+            await work(tasks)
+        except anyio.get_cancelled_exc_class() as exc:
+            _drop_frames_below(exc)
+            del work  # this frame stays in the traceback (and, before anyio 4.7, in the group's exit)
+            raise
+
+
+async def _group_task(work: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Await ``work(*args)`` as a task of the batch's group, which a cancellation leaves without the batch.
+
+    anyio's task group keeps the exception that ends a task in a reference cycle (the frame of its
+    done callback, in the exception's own traceback, holds the exception), and the traceback holds
+    every frame the cancellation came through: the run, the entries, their guards and readers would
+    wait for the cycle collector with it.
+    """
+    try:
+        await work(*args)
+    except anyio.get_cancelled_exc_class() as exc:
+        _drop_frames_below(exc)
+        del work, args  # this frame stays in the traceback
+        raise
+
+
+def _drop_frames_below(exc: BaseException) -> None:
+    """Drop from the traceback of ``exc``, just caught, the frames below the one that caught it.
+
+    For cancellations only: nobody reads where a cancellation found the batch, while an error's
+    traceback is how it is debugged.
+    """
+    caught_here = exc.__traceback__
+    if caught_here is not None:
+        caught_here.tb_next = None
+
+
 def _uncontended_lock() -> anyio.Lock:
     """A lock that costs no event-loop turn when nobody holds it (anyio >= 4.5); else anyio's plain one.
 
@@ -848,8 +940,10 @@ async def run_batch(
     run = _Run(entries, reader, settings, observer, self_names)
     try:
         await run.run_all()
-    except anyio.get_cancelled_exc_class():  # the client, or the router shutting down: no answer will go out
+    except anyio.get_cancelled_exc_class() as exc:  # the client, or the router shutting down: no answer will go out
+        _drop_frames_below(exc)  # the entries' frames, which a task group's cycle would keep (see _group_task)
         await _tell_cancelled(observer, time.perf_counter() - started)
+        del calls, reader, settings, observer, entries, run  # this frame stays in the traceback
         raise
     items = [item for item in run.items if item is not None]
     response = budget.fit(assemble(items), settings.response_max_bytes, run.sizes)

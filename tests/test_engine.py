@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import gc
 import json
 import math
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -175,30 +178,100 @@ async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(m
     assert [item["result"] for item in response["results"]] == [0, 1, 2, 3]
 
 
-async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
-    # Each batch's run and items are freed by reference counting as soon as the caller drops the
-    # answer: memory does not wait for a collection, whether workers were started or not.
-    import gc
+async def left_for_the_cycle_collector(batch: Callable[[], Awaitable[object]]) -> list[str]:
+    """The names of the package's classes whose objects ``batch()`` leaves for the cycle collector.
 
+    Everything a batch makes should be freed by reference counting as soon as it is over: memory
+    must not wait for a collection. A first batch warms up what is made once per process.
+    """
+    await batch()
+    gc.collect()
+    gc.disable()
+    try:
+        await batch()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return sorted({type(thing).__name__ for thing in gc.garbage if type(thing).__module__.startswith("centralmcp")})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
+    # Whether workers were started or not, the run and its items go as soon as the caller drops the answer.
     readers = {  # no wait, brief waits (the ramp starts, then is cancelled), long waits (workers start)
         "none": lambda: task_recording_reader([], 0),
         "brief": lambda: briefly_waiting_reader([]),
         "long": lambda: task_recording_reader([], 0.005),
     }
     for waits, reader in readers.items():
-        await run([{"name": "a"}] * 10, reader(), concurrency=4)  # warm
-        gc.collect()
-        gc.disable()
-        try:
-            await run([{"name": "a"}] * 10, reader(), concurrency=4)
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            gc.collect()
-            left = [type(thing).__name__ for thing in gc.garbage if type(thing).__module__.startswith("centralmcp")]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
-        assert left == [], f"reference cycles through {sorted(set(left))} (waits: {waits})"
+        left = await left_for_the_cycle_collector(functools.partial(run, [{"name": "a"}] * 10, reader(), concurrency=4))
+        assert left == [], f"reference cycles through {left} (waits: {waits})"
+
+
+def hanging_batch(concurrency: int, waiting: int) -> tuple[Callable[..., Awaitable[object]], anyio.Event]:
+    """A batch of six entries that hang in their backend, and an event set once ``waiting`` of them wait."""
+    reached = anyio.Event()
+    started: list[int] = []
+
+    async def hangs(call: ValidCall) -> str:
+        started.append(call.index)
+        if len(started) == waiting:
+            reached.set()
+        await anyio.sleep(30)
+        return "never"
+
+    batch = functools.partial(run, [{"name": "hang"}] * 6, dispatching_reader(hangs), concurrency=concurrency)
+    return batch, reached
+
+
+async def cancel_once_reached(reached: anyio.Event, scope: anyio.CancelScope) -> None:
+    await reached.wait()
+    await anyio.sleep(0.01)  # the ramp is asleep, or the workers wait
+    scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "waiting", "ramp_wait"),
+    [
+        pytest.param(1, 1, engine.RAMP_WAIT, id="one-worker"),
+        pytest.param(4, 4, engine.RAMP_WAIT, id="workers-started"),
+        pytest.param(4, 1, 60, id="ramp-watching"),  # the ramp waits, and no worker has started
+    ],
+)
+@pytest.mark.parametrize("caller", ["own-scope", "task-group"])
+async def test_a_cancelled_batch_leaves_nothing_for_the_cycle_collector(
+    concurrency: int, waiting: int, ramp_wait: float, caller: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller cancels while entries wait: by a scope around the batch in its own task (as the MCP
+    # SDKs do), or by cancelling the task group the batch runs in, whose task then ends with the
+    # cancellation. A cancellation's traceback holds every frame it came through, and anyio's task
+    # group keeps the exception that ends a task in a reference cycle.
+    monkeypatch.setattr(engine, "RAMP_WAIT", ramp_wait)
+
+    async def cancelled() -> None:
+        batch, reached = hanging_batch(concurrency, waiting)
+        with anyio.fail_after(10), anyio.CancelScope() as own:
+            async with anyio.create_task_group() as tasks:
+                if caller == "own-scope":
+                    tasks.start_soon(cancel_once_reached, reached, own)
+                    await batch()
+                else:
+                    tasks.start_soon(batch)
+                    await cancel_once_reached(reached, tasks.cancel_scope)
+
+    left = await left_for_the_cycle_collector(cancelled)
+    assert left == [], f"reference cycles through {left}"
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_batch_past_its_time_limit_leaves_nothing_for_the_cycle_collector(concurrency: int) -> None:
+    # The limit cancels the entries still running; with several workers it ends their tasks too.
+    batch, _ = hanging_batch(concurrency, waiting=1)
+    with anyio.fail_after(10):
+        left = await left_for_the_cycle_collector(functools.partial(batch, batch_timeout=0.1))
+    assert left == [], f"reference cycles through {left}"
 
 
 async def test_nothing_is_read_when_the_batch_is_rejected() -> None:
@@ -612,6 +685,86 @@ async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert sorted(cancelled) == [0, 1]
+
+
+@needs_cancelling
+@pytest.mark.parametrize("then", ["answers", "fails"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_plain_task_cancel_the_backend_swallows_still_cancels_the_batch(concurrency: int, then: str) -> None:
+    # asyncio's own cancel, which no anyio scope delivers again at the next await: the backend
+    # catches it and answers (or fails) anyway. The batch's task is still being cancelled, so the
+    # batch ends with the cancellation instead of answering as if nothing had happened.
+    reached = asyncio.Event()
+    dispatched: list[int] = []
+
+    async def swallows(call: ValidCall) -> str:
+        dispatched.append(call.index)
+        if call.index == 0:
+            reached.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                if then == "fails":
+                    raise RuntimeError("interrupted") from None
+                return "answered anyway"
+        return "next"
+
+    watcher = CancelWatcher(report_wait=0)
+    batch = asyncio.ensure_future(
+        engine.run_batch([{"name": "a"}] * 3, dispatching_reader(swallows), settings(concurrency=concurrency), watcher)
+    )
+    await reached.wait()
+    batch.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await batch
+    assert watcher.completed == 0 and len(watcher.cancelled) == 1
+    if concurrency == 1:
+        assert dispatched == [0]  # nothing more was dispatched once the batch knew
+
+
+@needs_cancelling
+async def test_a_single_read_whose_backend_swallows_a_plain_task_cancel_is_cancelled_too() -> None:
+    # Outside a batch (the reference router's invoke_read_tool), a call gets a scope of its own and
+    # the same driver: the task's cancellation goes on up there as well.
+    reached = asyncio.Event()
+
+    async def swallows() -> str:
+        reached.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "answered anyway"
+        return "never"
+
+    async def single_read() -> Any:
+        guards = Guards(call_timeout=20)
+        try:
+            return await guards.dispatch(swallows(), TOOL)
+        finally:
+            guards.dispatch_ended()
+
+    read = asyncio.ensure_future(single_read())
+    await reached.wait()
+    read.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await read
+
+
+@needs_cancelling
+async def test_a_backends_own_asyncio_timeout_is_not_the_batchs_cancellation() -> None:
+    # asyncio.timeout cancels the task it runs in too, and takes its request back as it turns it into
+    # a TimeoutError: the backend answers, and so does the batch.
+    async def gives_up(call: ValidCall) -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return "gave up"
+        return "never"
+
+    with anyio.fail_after(10):
+        response = await run([{"name": "a"}] * 2, dispatching_reader(gives_up), concurrency=1)
+    assert [item["result"] for item in response["results"]] == ["gave up", "gave up"]
 
 
 # -- the call time limit on the worker's scope (Guards.dispatch) ------------------------------
