@@ -11,16 +11,19 @@ read tool and one write tool of your host, and pytest checks your hooks against 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 import pytest
 
-from . import _compat, hosting
+from . import _compat, budget, hosting
+from .engine import MIN_SHARE
 from .errors import InvalidCursor
 from .hookspecs import hookimpl
+from .host import await_me_maybe
 from .models import CallContext, ToolRef
 
 READ = {"readOnlyHint": True}
@@ -141,6 +144,15 @@ class HostConformance:
     write_tool: str = ""
     read_arguments: Mapping[str, Any] = {}
 
+    def next_cursor(self, result: Any) -> str | None:
+        """The continuation cursor in one of your host's bounded answers, or None.
+
+        The cursor checks read ``read_tool`` with ``read_arguments`` at the smallest share and
+        resume from this; override it when your answers carry their cursor elsewhere than a
+        top-level ``next_cursor``. With no cursor in that answer, they are skipped.
+        """
+        return result.get("next_cursor") if isinstance(result, Mapping) else None
+
     @pytest.fixture
     def anyio_backend(self) -> str:
         return "asyncio"
@@ -166,8 +178,9 @@ class HostConformance:
     async def test_gate_refusals_never_reach_dispatch(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
         response = await self.batch(server, [{"name": self.write_tool, "arguments": {}}])
-        assert response["results"][0]["status"] == "blocked"
-        assert spy.dispatches == [] and spy.tokens == 0
+        item = response["results"][0]
+        assert item["status"] == "blocked", f"the write tool {self.write_tool!r} was not blocked: {item}"
+        assert spy.dispatches == [] and spy.tokens == 0, "a blocked call drew a token or reached dispatch"
 
     async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
@@ -176,8 +189,13 @@ class HostConformance:
         ]
         calls += [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
         response = await self.batch(server, calls)
-        assert [item["status"] for item in response["results"][3:]] == ["blocked", "unknown_tool", "invalid_call"]
-        assert spy.tokens == len(spy.dispatches) == 3
+        statuses = [item["status"] for item in response["results"]]
+        assert statuses[3:] == ["blocked", "unknown_tool", "invalid_call"], (
+            f"expected the write tool blocked, an unknown name unknown_tool, a bad entry invalid_call: {response}"
+        )
+        assert spy.tokens == len(spy.dispatches) == 3, (
+            f"3 reads drew {spy.tokens} tokens and made {len(spy.dispatches)} dispatches; expected 3 and 3"
+        )
 
     async def test_cursor_refusals(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
@@ -186,9 +204,11 @@ class HostConformance:
         ]
         response = await self.batch(server, calls)
         item = response["results"][0]
-        assert item["status"] == "invalid_cursor" and item["error"]
-        assert "not-a-cursor-this-host-issued" not in item["error"]
-        assert spy.dispatches == [] and spy.tokens == 0
+        assert item["status"] == "invalid_cursor" and item["error"], (
+            f"a cursor the host never issued must be refused: raise InvalidCursor from centralmcp_resume_cursor: {item}"
+        )
+        assert "not-a-cursor-this-host-issued" not in item["error"], "the InvalidCursor message echoes the cursor"
+        assert spy.dispatches == [] and spy.tokens == 0, "a refused cursor drew a token or reached dispatch"
 
     async def test_results_in_call_order(self, conformance: tuple[Any, _Spy]) -> None:
         server, _ = conformance
@@ -196,4 +216,126 @@ class HostConformance:
         response = await self.batch(server, calls)
         assert [item["id"] for item in response["results"]] == [f"call-{i}" for i in range(6)]
         assert [item["index"] for item in response["results"]] == list(range(6))
-        assert response["ok"] is True and response["counts"] == {"total": 6, "succeeded": 6, "failed": 0}
+        assert response["ok"] is True and response["counts"] == {"total": 6, "succeeded": 6, "failed": 0}, (
+            f"6 reads of {self.read_tool!r} with read_arguments did not all succeed: {response}"
+        )
+
+    # -- the hooks asked directly: what the batch's own answer cannot show ------------------
+
+    @pytest.fixture
+    def host_hooks(self, host_plugins: list[object]) -> Any:
+        """The host's hooks as pluggy calls them, on a fresh server, with no spy in between."""
+        return hosting.install(_compat.new_server("centralmcp-conformance-hooks"), *host_plugins).hook
+
+    async def found(self, hooks: Any, name: str) -> ToolRef:
+        tool = await await_me_maybe(hooks.centralmcp_find_tool(name=name))
+        assert isinstance(tool, ToolRef), f"centralmcp_find_tool({name!r}) answered {tool!r}, not a ToolRef"
+        return tool
+
+    async def test_find_tool_answers_the_tool_asked_for(self, host_hooks: Any) -> None:
+        for name in (self.read_tool, self.write_tool):
+            tool = await self.found(host_hooks, name)
+            assert tool.name == name, (
+                f"centralmcp_find_tool({name!r}) answered a ToolRef named {tool.name!r}: "
+                "its name must be the name asked for, the one dispatch and the client see"
+            )
+
+    async def test_find_tool_answers_none_for_an_unknown_name(self, host_hooks: Any) -> None:
+        try:
+            tool = await await_me_maybe(host_hooks.centralmcp_find_tool(name="no-such-tool-anywhere"))
+        except Exception as exc:
+            pytest.fail(f"centralmcp_find_tool raised {type(exc).__name__} for an unknown name: answer None")
+        assert tool is None, f"centralmcp_find_tool answered {tool!r} for an unknown name: answer None"
+
+    async def gate_answers(self, hooks: Any, name: str) -> list[Any]:
+        tool = await self.found(hooks, name)
+        return [await await_me_maybe(answer) for answer in hooks.centralmcp_read_gate(tool=tool)]
+
+    async def test_gate_answers_none_or_a_message(self, host_hooks: Any) -> None:
+        allowed = await self.gate_answers(host_hooks, self.read_tool)
+        assert all(answer is None for answer in allowed), (
+            f"centralmcp_read_gate answered {allowed} for the read tool {self.read_tool!r}: None allows"
+        )
+        refused = [answer for answer in await self.gate_answers(host_hooks, self.write_tool) if answer is not None]
+        assert refused, f"no centralmcp_read_gate refused the write tool {self.write_tool!r}"
+        # Any non-None answer refuses, but only a string is a message the client can read.
+        assert all(isinstance(answer, str) and answer.strip() for answer in refused), (
+            f"centralmcp_read_gate refused {self.write_tool!r} with {refused}: refuse with a non-empty string"
+        )
+
+    async def test_gate_refuses_a_write_that_is_not_destructive(self, host_hooks: Any) -> None:
+        # Read-only means readOnlyHint true: a gate that only looks for destructiveHint lets
+        # plain writes (create, update) through.
+        tool = replace(await self.found(host_hooks, self.write_tool), annotations={"readOnlyHint": False})
+        answers = [await await_me_maybe(answer) for answer in host_hooks.centralmcp_read_gate(tool=tool)]
+        assert any(answer is not None for answer in answers), (
+            f"centralmcp_read_gate allowed {tool}: refuse every tool whose readOnlyHint is not true"
+        )
+
+    async def dispatch(self, hooks: Any, arguments: dict[str, Any], max_bytes: int, resume: Any = None) -> Any:
+        tool = await self.found(hooks, self.read_tool)
+        context = CallContext(index=0, call_id="0", in_batch=True)
+        answer = hooks.centralmcp_dispatch_read(
+            tool=tool, arguments=arguments, resume=resume, max_bytes=max_bytes, context=context
+        )
+        return await await_me_maybe(answer)
+
+    async def test_dispatch_keeps_within_max_bytes(self, host_hooks: Any) -> None:
+        # The smallest share a batch ever gives an entry: a read_arguments whose answer is
+        # larger than this makes the check bite.
+        answer = await self.dispatch(host_hooks, dict(copy.deepcopy(self.read_arguments)), MIN_SHARE)
+        size = budget.size(budget.as_json(answer))
+        assert size <= MIN_SHARE, (
+            f"centralmcp_dispatch_read answered {size} bytes of JSON for max_bytes={MIN_SHARE}: "
+            "bound the answer to max_bytes (page it or cut it)"
+        )
+
+    async def test_dispatch_leaves_the_arguments_alone(self, host_hooks: Any) -> None:
+        arguments = copy.deepcopy(dict(self.read_arguments))
+        await self.dispatch(host_hooks, arguments, 1_000_000)
+        assert arguments == dict(self.read_arguments), (
+            f"centralmcp_dispatch_read changed the arguments it was given to {arguments}: "
+            "they belong to the caller; copy them before adding defaults"
+        )
+
+    # -- cursors the host issued: skipped when read_tool's smallest answer carries none ---------
+
+    async def first_page(self, hooks: Any) -> tuple[Any, str]:
+        page = await self.dispatch(hooks, copy.deepcopy(dict(self.read_arguments)), MIN_SHARE)
+        cursor = self.next_cursor(page)
+        if cursor is None:
+            pytest.skip(f"{self.read_tool!r} answered no cursor at max_bytes={MIN_SHARE} (see next_cursor)")
+        return page, cursor
+
+    async def resume(self, hooks: Any, name: str, arguments: Mapping[str, Any], cursor: str) -> Any:
+        tool = await self.found(hooks, name)
+        return await await_me_maybe(hooks.centralmcp_resume_cursor(tool=tool, arguments=arguments, cursor=cursor))
+
+    async def test_dispatch_resumes_where_the_cursor_says(self, host_hooks: Any) -> None:
+        page, cursor = await self.first_page(host_hooks)
+        resume = await self.resume(host_hooks, self.read_tool, self.read_arguments, cursor)
+        arguments = copy.deepcopy(dict(self.read_arguments))
+        assert await self.dispatch(host_hooks, arguments, MIN_SHARE, resume) != page, (
+            "centralmcp_dispatch_read answered the first page again for its own next cursor: "
+            "read from the resume that centralmcp_resume_cursor returned"
+        )
+
+    async def test_cursor_is_refused_for_other_arguments(self, host_hooks: Any) -> None:
+        _, cursor = await self.first_page(host_hooks)
+        other = {**self.read_arguments, "centralmcp-conformance": 1}
+        try:
+            await self.resume(host_hooks, self.read_tool, other, cursor)
+        except InvalidCursor:
+            return
+        pytest.fail("centralmcp_resume_cursor accepted a cursor for other arguments: bind it to its arguments")
+
+    async def test_cursor_is_refused_for_another_tool(self, host_hooks: Any) -> None:
+        _, cursor = await self.first_page(host_hooks)
+        try:
+            await self.resume(host_hooks, self.write_tool, self.read_arguments, cursor)
+        except InvalidCursor:
+            return
+        pytest.fail(
+            f"centralmcp_resume_cursor accepted {self.read_tool!r}'s cursor for {self.write_tool!r}: "
+            "bind it to its tool"
+        )

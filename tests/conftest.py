@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["redis_server"]  # the redis_server and redis_url fixtures
+pytest_plugins = ["redis_server", "pytester"]  # redis_server, redis_url; pytester runs the kit on broken hosts
 
 # The router.toml files the tests load in process name the suite's backends by module path
 # (tests.backends.tickets). Pytest puts only tests/ on sys.path, so on a non-editable install

@@ -474,9 +474,10 @@ async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tm
 
 
 class TestCentralMCPRouterConforms(HostConformance):
-    read_tool = "get_device"
+    # A paged list, so the kit's max_bytes and cursor checks have a next page to work with.
+    read_tool = "list_devices"
     write_tool = "reboot_device"
-    read_arguments = {"serial": "SN1"}
+    read_arguments = {"site_id": "hq"}
 
     @pytest.fixture
     def host_plugins(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:

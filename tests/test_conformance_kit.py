@@ -1,0 +1,216 @@
+"""The conformance kit catches a broken host: each host below breaks one clause of the hook contract.
+
+The hosts are run through the kit as a host author runs it, a module subclassing HostConformance,
+in one inner pytest session (pytester), and each must fail the kit's check for its clause with a
+message that says what to fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+HOSTS = '''
+import json
+
+import pytest
+
+from centralmcp_batch import InvalidCursor
+from centralmcp_batch.hookspecs import hookimpl
+from centralmcp_batch.testing import HostConformance, InlineHost, sample_host
+
+ITEMS = [{"n": i, "text": "x" * 40} for i in range(100)]
+PAGE = 10  # about 600 bytes a page: within the kit's smallest share
+
+
+class PagedHost(InlineHost):
+    """A correct host with a paged read tool whose cursors are bound to tool and arguments."""
+
+    def __init__(self):
+        super().__init__()
+        base = sample_host()
+        self.handlers, self.refs = base.handlers, base.refs
+        self.add("pages", lambda **arguments: None)
+
+    def cursor(self, tool, arguments, offset):
+        return json.dumps([tool, arguments, offset], sort_keys=True)
+
+    @hookimpl
+    def centralmcp_resume_cursor(self, tool, arguments, cursor):
+        try:
+            issued_for, issued_with, offset = json.loads(cursor)
+        except ValueError:
+            raise InvalidCursor("cursor is malformed") from None
+        if (issued_for, issued_with) != (tool.name, dict(arguments)):
+            raise InvalidCursor("cursor was issued for another call")
+        return offset
+
+    @hookimpl
+    async def centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes, context):
+        if tool.name != "pages":
+            return self.handlers[tool.name](resume=resume, **arguments)
+        return self.page(tool.name, arguments, resume or 0)
+
+    def page(self, name, arguments, offset):
+        return {"items": ITEMS[offset : offset + PAGE], "next_cursor": self.cursor(name, arguments, offset + PAGE)}
+
+
+class GateRefusesWithTrue(PagedHost):
+    @hookimpl
+    def centralmcp_read_gate(self, tool):
+        return None if tool.read_only else True
+
+
+class GateRefusesWithNothingToSay(PagedHost):
+    @hookimpl
+    def centralmcp_read_gate(self, tool):
+        return None if tool.read_only else ""
+
+
+class GateOnlyStopsDestructive(PagedHost):
+    @hookimpl
+    def centralmcp_read_gate(self, tool):
+        return "destructive" if tool.annotations.get("destructiveHint") else None
+
+
+class FindAnswersItsOwnName(PagedHost):
+    @hookimpl
+    def centralmcp_find_tool(self, name):
+        tool = self.refs.get(name)
+        return None if tool is None else type(tool)("inline." + name, tool.server, tool.annotations)
+
+
+class FindRaisesForUnknown(PagedHost):
+    @hookimpl
+    def centralmcp_find_tool(self, name):
+        return self.refs[name]
+
+
+class DispatchIgnoresMaxBytes(PagedHost):
+    def page(self, name, arguments, offset):
+        return {"items": ITEMS[offset:]}
+
+
+class DispatchAddsDefaults(PagedHost):
+    @hookimpl
+    async def centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes, context):
+        arguments.setdefault("limit", PAGE)
+        return self.page(tool.name, {"q": arguments["q"]}, resume or 0)
+
+
+class DispatchIgnoresResume(PagedHost):
+    @hookimpl
+    async def centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes, context):
+        return self.page(tool.name, arguments, 0)
+
+
+class CursorIgnoresArguments(PagedHost):
+    @hookimpl
+    def centralmcp_resume_cursor(self, tool, arguments, cursor):
+        issued_for, _, offset = json.loads(cursor)
+        if issued_for != tool.name:
+            raise InvalidCursor("cursor was issued for another tool")
+        return offset
+
+
+class CursorIgnoresTool(PagedHost):
+    @hookimpl
+    def centralmcp_resume_cursor(self, tool, arguments, cursor):
+        _, issued_with, offset = json.loads(cursor)
+        if issued_with != dict(arguments):
+            raise InvalidCursor("cursor was issued for other arguments")
+        return offset
+
+
+class MixedSyncAndAsync(PagedHost):
+    """Correct: every hook's flavour swapped, which the contract allows."""
+
+    @hookimpl
+    async def centralmcp_find_tool(self, name):
+        return self.refs.get(name)
+
+    @hookimpl
+    async def centralmcp_read_gate(self, tool):
+        return None if tool.read_only else "not read-only"
+
+    @hookimpl
+    def centralmcp_acquire_rate_token(self, tool):
+        self.tokens.append(tool.name)
+
+
+def kit_for(host_class):
+    class Kit(HostConformance):
+        read_tool, write_tool, read_arguments = "pages", "delete_everything", {"q": "x"}
+
+        @pytest.fixture
+        def host_plugins(self):
+            return [host_class()]
+
+    return Kit
+
+
+for host_class in list(globals().values()):
+    if isinstance(host_class, type) and issubclass(host_class, PagedHost):
+        globals()["Test" + host_class.__name__] = kit_for(host_class)
+'''
+
+# Each broken host: the kit's check that must fail, and what its message must say.
+CAUGHT = {
+    "GateRefusesWithTrue": ("test_gate_answers_none_or_a_message", "with [True]: refuse with a non-empty string"),
+    "GateRefusesWithNothingToSay": ("test_gate_answers_none_or_a_message", "with ['']: refuse with a non-empty"),
+    "GateOnlyStopsDestructive": (
+        "test_gate_refuses_a_write_that_is_not_destructive",
+        "refuse every tool whose readOnlyHint is not true",
+    ),
+    "FindAnswersItsOwnName": (
+        "test_find_tool_answers_the_tool_asked_for",
+        "centralmcp_find_tool('pages') answered a ToolRef named 'inline.pages'",
+    ),
+    "FindRaisesForUnknown": (
+        "test_find_tool_answers_none_for_an_unknown_name",
+        "centralmcp_find_tool raised KeyError for an unknown name: answer None",
+    ),
+    "DispatchIgnoresMaxBytes": ("test_dispatch_keeps_within_max_bytes", "bound the answer to max_bytes"),
+    "DispatchAddsDefaults": (
+        "test_dispatch_leaves_the_arguments_alone",
+        "centralmcp_dispatch_read changed the arguments it was given to {'q': 'x', 'limit': 10}",
+    ),
+    "DispatchIgnoresResume": (
+        "test_dispatch_resumes_where_the_cursor_says",
+        "answered the first page again for its own next cursor",
+    ),
+    "CursorIgnoresArguments": (
+        "test_cursor_is_refused_for_other_arguments",
+        "accepted a cursor for other arguments: bind it to its arguments",
+    ),
+    "CursorIgnoresTool": (
+        "test_cursor_is_refused_for_another_tool",
+        "accepted 'pages''s cursor for 'delete_everything': bind it to its tool",
+    ),
+}
+
+
+def verdicts(pytester: pytest.Pytester, *options: str) -> dict[str, dict[str, str]]:
+    """Each host class's failed kit checks, test name to failure text, from one inner session."""
+    pytester.makepyfile(test_hosts=HOSTS)
+    recorder = pytester.inline_run("-p", "no:cacheprovider", *options)
+    failed: dict[str, dict[str, str]] = {}
+    for report in recorder.getreports("pytest_runtest_logreport"):
+        host, test = report.nodeid.split("::")[1:3]
+        failures = failed.setdefault(host.removeprefix("Test"), {})
+        if report.failed:
+            failures[test] = report.longreprtext
+    return failed
+
+
+def test_the_kit_fails_each_broken_host_with_a_message_that_says_what_to_fix(pytester: pytest.Pytester) -> None:
+    failed = verdicts(pytester, "-k", " or ".join(CAUGHT))
+    assert set(failed) == set(CAUGHT)
+    for host, (test, message) in CAUGHT.items():
+        assert test in failed[host], f"{host} passed {test}; it failed {sorted(failed[host])}"
+        assert message in failed[host][test], f"{host}: {failed[host][test]}"
+
+
+def test_the_kit_passes_a_correct_host(pytester: pytest.Pytester) -> None:
+    # Mixed sync and async hooks are within the contract; the cursor checks run, not skip.
+    failed = verdicts(pytester, "-k", "TestPagedHost or TestMixedSyncAndAsync", "-W", "error")
+    assert failed == {"PagedHost": {}, "MixedSyncAndAsync": {}}
