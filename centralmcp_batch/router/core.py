@@ -204,6 +204,11 @@ class Router:
         self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
     ) -> dict[str, Any]:
         """One read through the same pipeline as a batch entry."""
+        if not _is_unicode(name):
+            # SDK 1.x's HTTP parser lets a lone surrogate through; echoed back, it made an answer no
+            # JSON can carry, and the client got the SDK's "Error serializing to JSON" instead.
+            shown = name.encode("utf-8", "backslashreplace").decode()
+            return {"error": NOT_UNICODE_NAME, "tool": shown, "status": "unknown_tool"}
         context = CallContext(index=None, call_id=None, in_batch=False, request=request)
         guards = Guards(BatchSettings.from_env().call_timeout)
         outcome = await pipeline.read_one(
@@ -213,6 +218,18 @@ class Router:
             result: dict[str, Any] = outcome.result
             return result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text holding a lone surrogate, which no answer on the wire can carry."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+NOT_UNICODE_NAME = "Unknown tool: its name is not valid Unicode text. Use find_tool to discover."
 
 
 class RouterHooks:
