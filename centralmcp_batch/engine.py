@@ -411,10 +411,10 @@ def _parse_in_order(index: int, raw: Any) -> Entry:
     if call_id is None:
         call_id = str(index)
     name = raw.get("name")
-    echo = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS and _is_utf8(name) else None
+    echo = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS and is_utf8(name) else None
     if not isinstance(call_id, str) or not call_id:
         return InvalidCall(index, None, echo, "id must be a non-empty string")
-    if not _is_utf8(call_id):
+    if not is_utf8(call_id):
         return InvalidCall(index, None, echo, "id must be valid Unicode text")
     if len(call_id) > MAX_ID_CHARS:
         return InvalidCall(index, None, echo, f"id must be at most {MAX_ID_CHARS} characters")
@@ -431,12 +431,12 @@ def _name_problem(name: Any) -> str | None:
         return "name must be a non-empty string"
     if len(name) > MAX_NAME_CHARS:
         return f"name must be at most {MAX_NAME_CHARS} characters"
-    if not _is_utf8(name):
+    if not is_utf8(name):
         return "name must be valid Unicode text"
     return None
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """False for text with lone surrogates, which no JSON on the wire can carry."""
     if text.isascii():  # the common case, told without encoding a copy
         return True

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from .. import _compat, hosting, pipeline, validation
-from ..engine import Guards
+from ..engine import Guards, is_utf8
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
@@ -204,7 +204,7 @@ class Router:
         self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
     ) -> dict[str, Any]:
         """One read through the same pipeline as a batch entry."""
-        if not _is_unicode(name):
+        if not is_utf8(name):
             # SDK 1.x's HTTP parser lets a lone surrogate through; echoed back, it made an answer no
             # JSON can carry, and the client got the SDK's "Error serializing to JSON" instead.
             shown = name.encode("utf-8", "backslashreplace").decode()
@@ -218,15 +218,6 @@ class Router:
             result: dict[str, Any] = outcome.result
             return result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
-
-
-def _is_unicode(text: str) -> bool:
-    """False for text holding a lone surrogate, which no answer on the wire can carry."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 NOT_UNICODE_NAME = "Unknown tool: its name is not valid Unicode text. Use find_tool to discover."
