@@ -32,7 +32,11 @@ WRITE = {"readOnlyHint": False, "destructiveHint": True}
 
 @dataclass
 class InlineHost:
-    """A host whose backends are plain functions; it records every token and dispatch."""
+    """A host whose backends are plain functions; it records every token and dispatch.
+
+    A test double for the plugin's side of the contract, not a model host: its cursors are bound to
+    the tool but not to the arguments, and its answers are not bounded to ``max_bytes``.
+    """
 
     handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     refs: dict[str, ToolRef] = field(default_factory=dict)
