@@ -74,6 +74,8 @@ class Soak:
     entries: int = 0
     round_rates: list[float] = field(default_factory=list)
     worst_excess: float = float("-inf")
+    worst_lag: float = 0.0  # the longest the event loop was late to wake a sleeper during a round, in seconds
+    in_round: bool = False  # between rounds the test itself holds the loop up (it collects and counts objects)
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     def echo(self, tag: str) -> dict[str, Any]:
@@ -240,16 +242,29 @@ async def test_many_http_clients_soak_the_router_and_nothing_is_lost_or_left_beh
         server = uvicorn.Server(uvicorn.Config(_compat.http_app(router.server), log_level="warning", lifespan="on"))
         async with anyio.create_task_group() as serving:
             serving.start_soon(server.serve, [sock])
+            watching = anyio.CancelScope()
+            serving.start_soon(watch_lag, soak, watching)
             while not server.started:
                 await anyio.sleep(0.01)
             try:
                 await soak_rounds(soak, router, f"http://{host}:{port}/mcp", tmp_path / "clients.log")
             finally:
                 server.should_exit = True
+                watching.cancel()
     check_soak(soak)
     assert not [line for line in logs.counts if line.startswith("centralmcp_batch")], logs.counts
     with capsys.disabled():
         print(f"\nsoak: {report(soak, logs)}")
+
+
+async def watch_lag(soak: Soak, scope: anyio.CancelScope, every: float = 0.005) -> None:
+    """Keep the longest the event loop overslept a short sleep in a round: how long it was held up."""
+    with scope:
+        while True:
+            before, counts = anyio.current_time(), soak.in_round
+            await anyio.sleep(every)
+            if counts and soak.in_round:
+                soak.worst_lag = max(soak.worst_lag, anyio.current_time() - before - every)
 
 
 async def soak_rounds(soak: Soak, router: Router, url: str, client_log: Path) -> None:
@@ -258,10 +273,13 @@ async def soak_rounds(soak: Soak, router: Router, url: str, client_log: Path) ->
         async with await anyio.open_process(command, stderr=log) as process:
             clients = Clients(process)
             for round_no in range(ROUNDS):
+                soak.in_round = True
                 try:
                     reports = await clients.run_round(round_no)
                 except (anyio.EndOfStream, anyio.IncompleteRead):
                     pytest.fail(f"the client process ended: {client_log.read_text()[-2000:]}")
+                finally:
+                    soak.in_round = False
                 soak.close_round(check_round(round_no, reports))
                 soak.samples.append(await settled_sample(router, soak.samples[0]["tasks"] if soak.samples else None))
             await process.stdin.aclose()
@@ -271,7 +289,9 @@ def check_soak(soak: Soak) -> None:
     assert soak.entries == ROUNDS * ENTRIES_PER_ROUND
     for rate in soak.round_rates:
         assert abs(rate - RATE) <= RATE_TOLERANCE * RATE, soak.round_rates
-    assert soak.worst_excess <= BURST, soak.worst_excess
+    # A burst beyond the rate, no more; but a loop held up for a while (other work on the machine) wakes
+    # the callers whose slots passed meanwhile all at once, up to the rate times that lag.
+    assert soak.worst_excess <= BURST + RATE * soak.worst_lag + 1, (soak.worst_excess, soak.worst_lag)
     warm, *later = soak.samples
     for sample in later:
         assert (sample["tasks"], sample["http_sessions"], sample["limiter_waiters"]) == (warm["tasks"], 0, 0)
@@ -303,6 +323,7 @@ def report(soak: Soak, logs: CountingHandler) -> str:
         "configured_rate": RATE,
         "round_rate_min_max": [round(min(soak.round_rates), 1), round(max(soak.round_rates), 1)],
         "most_calls_over_rate_plus_10pct_in_any_second": round(soak.worst_excess, 1),
+        "longest_loop_lag_ms": round(soak.worst_lag * 1000, 1),
         "tasks_warm_last": [warm["tasks"], last["tasks"]],
         "watched_objects_warm_last": [sum(warm["objects"].values()), sum(last["objects"].values())],
         "blocks_growth_per_round": round(block_growth_per_round(soak.samples), 1),
