@@ -81,7 +81,8 @@ def stop(process: subprocess.Popen[bytes], signum: int, directory: Path, seconds
         process.kill()
         process.wait()
         code = None
-    process.stdin.close()  # type: ignore[union-attr]
+    if process.stdin is not None:
+        process.stdin.close()
     return code, (directory / "stderr").read_text()
 
 
@@ -119,3 +120,19 @@ def test_sigterm_stops_an_http_router_and_every_backend_and_frees_the_port(tmp_p
     assert "Traceback" not in err
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_ctrl_c_stops_the_demo_with_one_line_and_no_router_left(tmp_path: Path) -> None:
+    env = {**os.environ, "CENTRALMCP_DEMO_LATENCY_MS": "400"}  # slow enough to be mid-run
+    command = [sys.executable, "-m", "centralmcp_batch", "demo"]
+    with (tmp_path / "stderr").open("wb") as err:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=err)
+    assert b"Starting the router" in process.stdout.readline()  # type: ignore[union-attr]
+    time.sleep(1.5)  # the router subprocess is up, the session under way
+    router = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    code, err_text = stop(process, signal.SIGINT, tmp_path)
+    process.stdout.close()  # type: ignore[union-attr]
+    # before: a KeyboardInterrupt traceback (SDK 2.x), or "the demo failed: BrokenResourceError" (SDK 1.x)
+    assert (code, err_text) == (130, "centralmcp-batch: demo interrupted\n")
+    assert wait_gone(router, 10) == []
