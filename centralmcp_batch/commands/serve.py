@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -25,6 +24,5 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
         raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {exc}") from exc
     if transport == "http":
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user ends a foreground server
-        serve(router, transport=transport, host=host, port=port, access=access)
-    return 0
+    serve(router, transport=transport, host=host, port=port, access=access)
+    return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) stopped the server once the backends had stopped

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
+from anyio.abc import TaskStatus
 
 from .. import _compat
 
@@ -66,20 +70,82 @@ def split_port(host: str) -> tuple[str, str | None]:
     return head + bracket + name, port
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def serve(
     router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, access: HttpAccess = HttpAccess()
-) -> None:
-    """Run until stopped. On stdio, stdout carries only the protocol: logs go to stderr."""
+) -> int | None:
+    """Run until the client leaves or SIGTERM / SIGINT; returns the signal that stopped it, if one did.
+
+    On stdio, stdout carries only the protocol: logs go to stderr. Either way the backends are
+    stopped (and their process groups with them) before this returns.
+    """
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if transport == "stdio":
-        anyio.run(_compat.run_stdio, router.server)
-    elif transport == "http":
-        anyio.run(serve_http, router, host, port, access)
-    else:
-        raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
+        return anyio.run(serve_stdio, router)
+    if transport == "http":
+        return anyio.run(serve_http, router, host, port, access)
+    raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
 
 
-async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> None:
+async def serve_stdio(router: Any) -> int | None:
+    """Serve on stdio until stdin closes or a stop signal arrives.
+
+    Python's default SIGTERM kills the process at once, before the backends are stopped, so a
+    backend that does not exit when its stdin closes would outlive the router; a signal here
+    instead stops every backend first. The router, not the server's lifespan, owns the sessions,
+    so they close even though the server itself cannot finish (see ``_exit_now``).
+    """
+    stop = anyio.Event()
+    stopped: list[int] = []
+    async with anyio.create_task_group() as tasks:
+        # watching before the backends start: a signal during start-up stops them too
+        await tasks.start(_watch_signals, lambda signum: _note_stop(stopped, stop, signum))
+        async with router.connected():
+            if not stop.is_set():
+                tasks.start_soon(_serve_until_eof, router.server, stop)
+            await stop.wait()  # not cancelled yet: a cancel here would leave this block before the exit below
+        if stopped:
+            _exit_now()
+        tasks.cancel_scope.cancel()  # the client closed stdin: stop watching for signals
+    return None
+
+
+def _note_stop(stopped: list[int], stop: anyio.Event, signum: int) -> None:
+    stopped.append(signum)
+    stop.set()
+
+
+async def _serve_until_eof(server: Any, stop: anyio.Event) -> None:
+    await _compat.run_stdio(server)
+    stop.set()
+
+
+def _exit_now() -> NoReturn:
+    """Exit 0 now: the backends are stopped, and the server's stdin reader cannot be waited for.
+
+    The SDK reads stdin in a worker thread, blocked in a read that neither a cancel nor a signal
+    interrupts: the server would not finish, nor the interpreter exit, until the client closed
+    the pipe. Only the output buffers are left to flush.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+async def _watch_signals(
+    stop: Callable[[int], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("stopping on %s", signal.Signals(signum).name)
+            stop(signum)
+
+
+async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> int | None:
     import uvicorn
 
     if host not in LOOPBACK and not access.hosts:
@@ -90,5 +156,22 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     hosts, origins = access.host_patterns(), access.origin_patterns()
     app = _compat.http_app(router.server, allowed_hosts=hosts, allowed_origins=origins, stateless=True)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    async with router.connected():  # one session per remote backend for all HTTP clients
-        await uvicorn.Server(config).serve()
+    server = uvicorn.Server(config)
+    # uvicorn raises a signal again once it has stopped, and SIGTERM's default then kills the
+    # process before the backends are stopped: the router watches the signals itself.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    stopped: list[int] = []
+    async with anyio.create_task_group() as tasks:
+        # watching before the backends start: a signal during start-up stops them too
+        await tasks.start(_watch_signals, lambda signum: _stop_uvicorn(server, stopped, signum))
+        async with router.connected():  # one session per remote backend for all HTTP clients
+            await server.serve()
+        tasks.cancel_scope.cancel()
+    return stopped[0] if stopped else None
+
+
+def _stop_uvicorn(server: Any, stopped: list[int], signum: int) -> None:
+    """The first signal lets in-flight requests finish; a second stops without waiting for them."""
+    server.force_exit = bool(stopped)
+    server.should_exit = True
+    stopped.append(signum)

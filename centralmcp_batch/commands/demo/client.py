@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from ... import _compat
 from ...errors import sole_cause
@@ -23,22 +25,50 @@ ROUTER_TOOLS = frozenset({"find_tool", "invoke_read_tool", "invoke_read_tool_bat
 Say = Callable[[str], None]
 
 
+INTERRUPTED = 130  # the shells' exit status for a command ended by SIGINT
+
+
 def run() -> int:
-    """Run the demo on stdout: 0 when everything behaved as described, else ``CommandFailed`` naming what did not."""
+    """Run the demo on stdout: 0 when everything behaved as described, else ``CommandFailed`` naming what did not.
+
+    Ctrl-C (SIGINT) stops it with one line and status 130: the router subprocess is stopped first.
+    """
+    interrupted: list[bool] = []
     try:
-        problems = anyio.run(_run_demo_in_time, _print_line)
+        problems = anyio.run(_run_demo_in_time, _print_line, interrupted)
     except TimeoutError:
         raise CommandFailed(f"the demo did not finish within {TIMEOUT_SECONDS:.0f} s") from None
     except Exception as exc:
-        raise CommandFailed(f"the demo failed: {_describe(exc)}") from exc
+        if not interrupted:  # whatever the session made of its cancellation (SDK 1.x: a broken stream) is no failure
+            raise CommandFailed(f"the demo failed: {_describe(exc)}") from exc
+        problems = []
+    if interrupted:
+        print("centralmcp-batch: demo interrupted", file=sys.stderr)
+        return INTERRUPTED
     if problems:
         raise CommandFailed("the demo ran, but not as expected:\n  " + "\n  ".join(problems))
     return 0
 
 
-async def _run_demo_in_time(say: Say) -> list[str]:
+async def _run_demo_in_time(say: Say, interrupted: list[bool]) -> list[str]:
+    """Python's own SIGINT handling raises KeyboardInterrupt through the session: a traceback, not a line."""
+    problems: list[str] = []
     with anyio.fail_after(TIMEOUT_SECONDS):
-        return await run_demo(say)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(_cancel_on_sigint, tasks.cancel_scope, interrupted)
+            problems = await run_demo(say)
+            tasks.cancel_scope.cancel()
+    return problems
+
+
+async def _cancel_on_sigint(
+    scope: anyio.CancelScope, interrupted: list[bool], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            interrupted.append(True)
+            scope.cancel()
 
 
 def _describe(exc: BaseException) -> str:

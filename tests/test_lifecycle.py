@@ -1,0 +1,138 @@
+"""Nothing left running: ``serve`` stopped by a signal stops its stdio backends and exits.
+
+Real processes throughout: a ``centralmcp-batch serve`` subprocess over stdio backends
+(``tests/backends/lingering.py``) that write their pids to a directory and, with ``LINGER_STAY``,
+do not exit when the router closes their stdin, so only a router that stops them leaves none.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.redis_server import free_port
+
+HERE = Path(__file__).parent
+LINGERING = HERE / "backends" / "lingering.py"
+pytestmark = pytest.mark.slow
+
+
+def write_config(tmp_path: Path, count: int, **env: str) -> Path:
+    table = ", ".join(f'{key} = "{value}"' for key, value in {"LINGER_DIR": str(tmp_path), **env}.items())
+    config = tmp_path / "router.toml"
+    config.write_text(
+        "".join(
+            f"[backends.b{i}]\ncommand = {sys.executable!r}\nargs = [{str(LINGERING)!r}, 'b{i}']\nenv = {{ {table} }}\n"
+            for i in range(count)
+        )
+    )
+    return config
+
+
+def start(config: Path, *options: str) -> subprocess.Popen[bytes]:
+    """stderr goes to a file: the backends share it, and a backend left running would hold a pipe open."""
+    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config), *options]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    # stdin stays open: the client is still there, so only the signal can end the router
+    with (config.parent / "stderr").open("wb") as err:
+        return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def backend_pids(directory: Path, count: int, process: subprocess.Popen[bytes]) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        files = list(directory.glob("*.pid"))
+        if len(files) == count:
+            return [int(pid) for file in files for pid in file.read_text().split()]
+        assert process.poll() is None, (directory / "stderr").read_text()
+        time.sleep(0.05)
+    raise AssertionError("the backends did not start")
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:  # leave nothing behind for the next test either
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def stop(process: subprocess.Popen[bytes], signum: int, directory: Path, seconds: float = 20) -> tuple[int | None, str]:
+    process.send_signal(signum)
+    try:
+        code: int | None = process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        code = None
+    if process.stdin is not None:
+        process.stdin.close()
+    return code, (directory / "stderr").read_text()
+
+
+@pytest.fixture
+def linux_proc() -> None:
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads process states from /proc")
+
+
+@pytest.mark.usefixtures("linux_proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_stdio_router_and_every_backend(tmp_path: Path, signum: int) -> None:
+    config = write_config(tmp_path, 2, LINGER_STAY="1")
+    process = start(config, "--log-level", "warning")
+    pids = backend_pids(tmp_path, 2, process)
+    code, err = stop(process, signum, tmp_path)
+    left = wait_gone(pids, 10)
+    # before: SIGTERM killed the router at once and left the backends running; SIGINT hung it
+    assert code == 0, err
+    assert left == [], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_sigterm_stops_an_http_router_and_every_backend_and_frees_the_port(tmp_path: Path) -> None:
+    config = write_config(tmp_path, 2, LINGER_STAY="1")
+    port = free_port()
+    process = start(config, "--transport", "http", "--port", str(port), "--log-level", "warning")
+    pids = backend_pids(tmp_path, 2, process)
+    code, err = stop(process, signal.SIGTERM, tmp_path)
+    left = wait_gone(pids, 10)
+    # before: uvicorn raised SIGTERM again after its shutdown, which killed the router before the backends
+    assert code == 0, err
+    assert left == [], err
+    assert "Traceback" not in err
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_ctrl_c_stops_the_demo_with_one_line_and_no_router_left(tmp_path: Path) -> None:
+    env = {**os.environ, "CENTRALMCP_DEMO_LATENCY_MS": "400"}  # slow enough to be mid-run
+    command = [sys.executable, "-m", "centralmcp_batch", "demo"]
+    with (tmp_path / "stderr").open("wb") as err:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=err)
+    assert b"Starting the router" in process.stdout.readline()  # type: ignore[union-attr]
+    time.sleep(1.5)  # the router subprocess is up, the session under way
+    router = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    code, err_text = stop(process, signal.SIGINT, tmp_path)
+    process.stdout.close()  # type: ignore[union-attr]
+    # before: a KeyboardInterrupt traceback (SDK 2.x), or "the demo failed: BrokenResourceError" (SDK 1.x)
+    assert (code, err_text) == (130, "centralmcp-batch: demo interrupted\n")
+    assert wait_gone(router, 10) == []
