@@ -8,6 +8,7 @@ do not exit when the router closes their stdin, so only a router that stops them
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,6 +107,14 @@ def test_a_signal_stops_a_stdio_router_and_every_backend(tmp_path: Path, signum:
     assert "Traceback" not in err
 
 
+def uvicorns_lifespan_cancelled(err: str) -> bool:
+    """Whether the only traceback is the one uvicorn 0.31 (the lowest allowed) now and then logs at
+    shutdown, when its lifespan task is still waiting as the loop closes: none of the router's frames."""
+    frames = re.findall(r'File "([^"]+)"', err)
+    ours = [frame for frame in frames if re.search(r"/centralmcp_batch/(\w+/)?\w+\.py$", frame)]
+    return err.count("Traceback") == 1 and "lifespan" in err and not ours and err.rstrip().endswith("CancelledError")
+
+
 @pytest.mark.usefixtures("linux_proc")
 def test_sigterm_stops_an_http_router_and_every_backend_and_frees_the_port(tmp_path: Path) -> None:
     config = write_config(tmp_path, 2, LINGER_STAY="1")
@@ -117,7 +126,7 @@ def test_sigterm_stops_an_http_router_and_every_backend_and_frees_the_port(tmp_p
     # before: uvicorn raised SIGTERM again after its shutdown, which killed the router before the backends
     assert code == 0, err
     assert left == [], err
-    assert "Traceback" not in err
+    assert "Traceback" not in err or uvicorns_lifespan_cancelled(err), err
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
 

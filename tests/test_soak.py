@@ -296,7 +296,8 @@ def check_soak(soak: Soak) -> None:
     for sample in later:
         assert (sample["tasks"], sample["http_sessions"], sample["limiter_waiters"]) == (warm["tasks"], 0, 0)
         assert own_objects(sample) == own_objects(warm)  # the router and the plugin keep nothing per batch
-        assert sample["objects"]["mcp.server.session.ServerSession"] <= CLIENTS, sample["objects"]
+        # at most about a round's closed sessions linger (mcp 1.28 once kept 11 of 10); a leak adds 10 a round
+        assert sample["objects"]["mcp.server.session.ServerSession"] <= CLIENTS + CLIENTS // 2, sample["objects"]
     assert block_growth_per_round(soak.samples) <= BLOCK_GROWTH_PER_ROUND, [sample["blocks"] for sample in soak.samples]
 
 
