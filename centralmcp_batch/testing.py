@@ -251,16 +251,16 @@ class HostConformance:
             pytest.fail(f"centralmcp_find_tool raised {type(exc).__name__} for an unknown name: answer None")
         assert tool is None, f"centralmcp_find_tool answered {tool!r} for an unknown name: answer None"
 
-    async def gate_answers(self, hooks: Any, name: str) -> list[Any]:
-        tool = await self.found(hooks, name)
+    async def gate_answers(self, hooks: Any, tool: ToolRef) -> list[Any]:
         return [await await_me_maybe(answer) for answer in hooks.centralmcp_read_gate(tool=tool)]
 
     async def test_gate_answers_none_or_a_message(self, host_hooks: Any) -> None:
-        allowed = await self.gate_answers(host_hooks, self.read_tool)
+        allowed = await self.gate_answers(host_hooks, await self.found(host_hooks, self.read_tool))
         assert all(answer is None for answer in allowed), (
             f"centralmcp_read_gate answered {allowed} for the read tool {self.read_tool!r}: None allows"
         )
-        refused = [answer for answer in await self.gate_answers(host_hooks, self.write_tool) if answer is not None]
+        write = await self.found(host_hooks, self.write_tool)
+        refused = [answer for answer in await self.gate_answers(host_hooks, write) if answer is not None]
         assert refused, f"no centralmcp_read_gate refused the write tool {self.write_tool!r}"
         # Any non-None answer refuses, but only a string is a message the client can read.
         assert all(isinstance(answer, str) and answer.strip() for answer in refused), (
@@ -271,8 +271,7 @@ class HostConformance:
         # Read-only means readOnlyHint true: a gate that only looks for destructiveHint lets
         # plain writes (create, update) through.
         tool = replace(await self.found(host_hooks, self.write_tool), annotations={"readOnlyHint": False})
-        answers = [await await_me_maybe(answer) for answer in host_hooks.centralmcp_read_gate(tool=tool)]
-        assert any(answer is not None for answer in answers), (
+        assert any(answer is not None for answer in await self.gate_answers(host_hooks, tool)), (
             f"centralmcp_read_gate allowed {tool}: refuse every tool whose readOnlyHint is not true"
         )
 
