@@ -8,11 +8,13 @@ Every case runs on both SDK lines (the router's client is the SDK's).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -30,7 +32,8 @@ from centralmcp_batch.router import Router, StdioBackend, backends, core
 from centralmcp_batch.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-HOSTILE = str(Path(__file__).resolve().parent / "backends" / "hostile.py")
+TESTS = Path(__file__).resolve().parent
+HOSTILE = str(TESTS / "backends" / "hostile.py")
 REFUSED = "the router's MCP client refused the backend's answer"
 
 
@@ -119,13 +122,17 @@ async def test_a_probe_gives_its_verdict_within_a_short_call_time_limit(monkeypa
         assert answer["pid"] != before
 
 
-async def test_a_probe_left_too_little_time_reopens_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_probe_left_too_little_time_leaves_the_verdict_to_the_backends_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A 0.5 s call time limit leaves its probe under MIN_PROBE_SECONDS: its silence could be a slow
-    # session as well as a lost one, so the session, and the calls in flight on it, stay.
+    # session as well as a lost one, so the session, and the calls in flight on it, stay for now; the
+    # backend's own check then waits its own time (4 s here), and reopens a session silent for 60 s.
     monkeypatch.setenv(settings.CALL_TIMEOUT, "0.5")
+    monkeypatch.setattr(backends, "MIN_CHECK_SECONDS", 4.0, raising=False)
     router = hostile_router(HOSTILE_SLOW_PROBE="60")
     async with router.connected():
-        client = router.remotes["hostile"].client
+        before, client = await pid(router), router.remotes["hostile"].client
         results = await batch(router, "rpc_error")
         # The verdict lands about 50 ms before the call's limit: on a loaded machine the limit may come
         # first. Either way the session, and the calls in flight on it, are kept.
@@ -135,6 +142,7 @@ async def test_a_probe_left_too_little_time_reopens_nothing(monkeypatch: pytest.
             [("error", timed_out)],
         )
         assert router.remotes["hostile"].client is client
+        await reopened(router, before)
 
 
 async def test_the_probe_waits_for_what_the_call_has_left(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,6 +152,114 @@ async def test_the_probe_waits_for_what_the_call_has_left(monkeypatch: pytest.Mo
     assert backends.probe_seconds() == pytest.approx(3 * backends.PROBE_SHARE)
     with anyio.move_on_after(10):  # the call's own deadline: 10 s left, less a tenth
         assert 8.0 < backends.probe_seconds() <= 9.0
+
+
+# -- a session that stops answering without closing is checked, and reopened -----------
+
+TIMED_OUT = "TimeoutError: the backend call timed out after 0.5s"
+
+
+def gone(process_id: int) -> bool:
+    try:
+        os.kill(process_id, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def reopened(router: Router, before: int) -> int:
+    """The pid of the backend process that answers ``whoami`` once the session is reopened."""
+    with anyio.fail_after(30):  # the check waits a few seconds, then the reconnect's 0.5 s
+        while (answer := await single(router, "whoami")).get("pid") in (None, before):
+            await anyio.sleep(0.1)
+    return int(answer["pid"])
+
+
+@pytest.mark.parametrize("how", ["sigstop", "freeze"])
+async def test_a_session_that_stops_answering_is_reopened_after_a_call_times_out(
+    how: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stopped process, or one stuck for good, closes nothing: every call on it is cut off by its
+    # time limit, and none fails in a way the probe after a failed call would look into.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "0.5")
+    router = hostile_router()
+    with caplog.at_level(logging.WARNING, logger=backends.__name__):
+        async with router.connected():
+            first = await pid(router)
+            try:
+                if how == "sigstop":
+                    os.kill(first, signal.SIGSTOP)
+                results = await batch(router, "plain" if how == "sigstop" else "freeze")
+                assert [(item["status"], item["error"]) for item in results] == [("error", TIMED_OUT)]
+                second = await reopened(router, first)
+                assert [item["status"] for item in await batch(router, "plain")] == ["ok"]
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(first, signal.SIGCONT)
+            assert gone(first)  # the stopped process was ended when its session closed
+    assert gone(second)
+    told = [record.getMessage() for record in caplog.records if record.name == backends.__name__]
+    assert any("did not answer a probe" in line and "reopening" in line for line in told), told
+
+
+async def test_calls_cut_off_together_start_one_probe_and_a_late_answer_keeps_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four calls never answered, cut off together: one probe, answered a second late (within the
+    # check's 2 s), so the session stays. The next calls cut off start the next probe.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "0.5")
+    monkeypatch.setenv(settings.CONCURRENCY, "4")
+    seen = tmp_path / "seen"
+    router = hostile_router(HOSTILE_SEEN=str(seen), HOSTILE_SLOW_PROBE="1")
+
+    def probes() -> int:
+        return sum(line in backends_probes() for line in seen.read_text().split())
+
+    async with router.connected():
+        before, client = await pid(router), router.remotes["hostile"].client
+        for _ in range(2):
+            sent = probes()
+            results = await batch(router, *["silent"] * 4)
+            assert [(item["status"], item["error"]) for item in results] == [("error", TIMED_OUT)] * 4
+            with anyio.fail_after(20):
+                while probes() == sent:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(2)  # a probe per call would have been seen by now, each a second apart at most
+            assert probes() == sent + 1
+        assert router.remotes["hostile"].client is client and await pid(router) == before
+
+
+def backends_probes() -> tuple[str, ...]:
+    return ("tools/list",) if _compat.SDK_2 else ("ping",)  # what ClientHandle.probe sends
+
+
+async def test_a_slow_backend_answering_its_probe_keeps_its_session_and_the_calls_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An SDK server answers a probe while its tools take their time: calls cut off by a 0.5 s limit
+    # leave the session, and a 4 s call in flight on it (no time limit: a host calling it itself), alone.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "0.5")
+    env = {**os.environ, "LINGER_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    router = Router({"idle": StdioBackend(sys.executable, (str(TESTS / "backends" / "lingering.py"), "idle"), env)})
+    remote = router.remotes["idle"]
+    in_flight: list[Any] = []
+
+    async def long_call() -> None:
+        in_flight.append(await remote.call("idle_slow", {"seconds": 4}))
+
+    with caplog.at_level(logging.DEBUG, logger=backends.__name__), anyio.fail_after(30):
+        async with router.connected():
+            client = remote.client
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(long_call)
+                slow = [{"name": "idle_slow", "arguments": {"seconds": 30}}] * 3
+                answer = await call(router.server, "invoke_read_tool_batch", {"calls": slow})
+                assert [item["status"] for item in answer.structured["results"]] == ["error"] * 3
+                while not any("answered a probe" in record.getMessage() for record in caplog.records):
+                    await anyio.sleep(0.05)
+            assert not in_flight[0].is_error and in_flight[0].payload["slept"] == 4
+            assert remote.client is client
+    assert not any("reopening" in record.getMessage() for record in caplog.records)
 
 
 # -- the whole tool list, over every page ---------------------------------------------

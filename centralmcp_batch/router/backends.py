@@ -25,8 +25,15 @@ HANDSHAKE_SECONDS = 120.0
 # verdict, which must land before the call's time limit cancels it), and no more than a handshake.
 PROBE_SHARE = 0.9
 MAX_PROBE_SECONDS = HANDSHAKE_SECONDS
-# A probe left less than this cannot tell a slow session from a lost one: its silence reopens nothing.
+# A probe left less than this cannot tell a slow session from a lost one: its silence reopens nothing
+# by itself, and the backend's own check (below) decides.
 MIN_PROBE_SECONDS = 0.5
+# A session that stops answering without closing (a stopped or stuck process, an HTTP server that
+# accepts and never answers) fails no call outright: each is cut off by its time limit, and the probe
+# after a failed call never runs. So a call cut off asks the backend's own task to check the session,
+# with a probe that may wait as long as a call may (the configured call time limit), at least this
+# (a backend busy for a moment is not lost) and at most a handshake.
+MIN_CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class RemoteBackend:
     def __post_init__(self) -> None:
         self.first_attempt = anyio.Event()
         self._broken = anyio.Event()
+        self._check_wanted = anyio.Event()
         self.failures = 0  # opens failed in a row
 
     async def run(self) -> None:
@@ -80,7 +88,7 @@ class RemoteBackend:
             except Exception as exc:  # a backend that will not start is reported, the rest serve on
                 self._failed(describe_failure(exc))
             self.client = None
-            self._broken = anyio.Event()
+            self._broken, self._check_wanted = anyio.Event(), anyio.Event()
             self.first_attempt.set()
             await anyio.sleep(self.retry_delay())
 
@@ -113,21 +121,61 @@ class RemoteBackend:
                     log.warning("backend %r is back after %d failed tries", self.name, self.failures)
                 self.client, self.error, self.failures = client, None, 0
                 self.first_attempt.set()
-                await self._broken.wait()
+                await self._hold(client)
         if handshake.cancelled_caught:
             raise TimeoutError(f"no answer to the MCP handshake within {HANDSHAKE_SECONDS:g}s")
+
+    async def _hold(self, client: _compat.ClientHandle) -> None:
+        """Until the session breaks: a failed call finds it lost, or a check finds it silent."""
+        async with anyio.create_task_group() as checks:
+            checks.start_soon(self._check_when_asked, client)
+            await self._broken.wait()
+            checks.cancel_scope.cancel()
+
+    async def _check_when_asked(self, client: _compat.ClientHandle) -> None:
+        while True:
+            await self._check_wanted.wait()
+            seconds = check_seconds()
+            if await _probe(client, seconds) is not True:
+                log.warning(
+                    "backend %r did not answer a probe within %gs after a call was cut off; reopening its session",
+                    self.name,
+                    seconds,
+                )
+                self._broken.set()
+                return
+            log.debug("backend %r answered a probe after a call was cut off", self.name)
+            # Only now: a call cut off while this probe waited was cut off before the session answered it.
+            self._check_wanted = anyio.Event()
+
+    def _check(self, client: _compat.ClientHandle) -> None:
+        """Ask the backend's own task to probe ``client``; calls cut off together start one probe."""
+        if client is self.client:  # a call on a session already replaced says nothing of the new one
+            self._check_wanted.set()
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
         client = self.client
         if client is None:
             raise ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
         try:
+            return await self._call(client, tool, arguments)
+        except anyio.get_cancelled_exc_class():
+            # Cut off, by its time limit most often, or while it probed: the probe that decides runs
+            # in the backend's task, as this call's own work may not outlive its cancellation.
+            self._check(client)
+            raise
+
+    async def _call(self, client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
+        try:
             return await client.call_tool(tool, arguments)
         except Exception as exc:
             # A JSON-RPC error, or an answer the client refuses, fails this call alone: tearing the
             # session down for it would fail every other call in flight on it. Only a session that
             # no longer answers is reopened.
-            if await _still_answers(client, probe_seconds()):
+            answered = await _probe(client, probe_seconds())
+            if answered is None:  # silent, with too little time to tell: the backend's check decides
+                self._check(client)
+            if answered is not False:
                 return _failed_call(exc)
             self._broken.set()  # the owning task reconnects for the next call
             raise ConnectionError(f"backend {self.name!r} went away: {type(exc).__name__}") from exc
@@ -145,14 +193,23 @@ def probe_seconds() -> float:
     return max(0.0, min(left * PROBE_SHARE, MAX_PROBE_SECONDS))
 
 
-async def _still_answers(client: _compat.ClientHandle, seconds: float) -> bool:
+def check_seconds() -> float:
+    """How long the backend's check after a cut-off call waits: the configured call time limit, bounded."""
+    return min(max(BatchSettings.from_env().call_timeout, MIN_CHECK_SECONDS), HANDSHAKE_SECONDS)
+
+
+async def _probe(client: _compat.ClientHandle, seconds: float) -> bool | None:
+    """True: the session answered within ``seconds``. False: it is closed, broken, or silent that long.
+
+    None: silent, but ``seconds`` was under MIN_PROBE_SECONDS, too little to tell slow from lost.
+    """
     with anyio.move_on_after(seconds):
         try:
             await client.probe()
         except Exception:  # the session is closed or broken: no waiting tells anything more
             return False
         return True
-    return seconds < MIN_PROBE_SECONDS  # silent: lost, unless it had too little time to answer
+    return None if seconds < MIN_PROBE_SECONDS else False
 
 
 def _failed_call(exc: Exception) -> _compat.Answer:

@@ -5,7 +5,9 @@ and a few tools first send the client requests or notifications of their own. ``
 splits ``tools/list`` into that many pages (``nextCursor``); ``HOSTILE_EXTRA`` adds that many
 plain read tools ``extra_0``, ``extra_1``, ... at the end of the list. ``HOSTILE_SLOW_PROBE`` makes it
 answer the first ``ping`` or ``tools/list`` after a JSON-RPC error that many seconds late, all else
-waiting behind it: the router's probe of the session after a failed call.
+waiting behind it: the router's probe of the session after a failed call. ``silent`` is a tool never
+answered (the rest still is), and does the same to the next probe; ``freeze`` stops the process answering
+anything, for good, as a stuck server does. ``HOSTILE_SEEN`` names a file to append each method received to.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def tools() -> list[dict[str, Any]]:
             tool["outputSchema"] = OUTPUT_SCHEMA
     listed.append({"name": "whoami", "inputSchema": OBJECT, "annotations": READ})
     listed.append({"name": "big", "inputSchema": OBJECT, "annotations": READ})
+    listed += [{"name": name, "inputSchema": OBJECT, "annotations": READ} for name in ("silent", "freeze")]
     listed.append({"name": "string_hint", "inputSchema": OBJECT, "annotations": {"readOnlyHint": "true"}})
     listed.append({"name": "x" * 10_000, "inputSchema": OBJECT, "annotations": READ})
     listed.append({"name": "odd name/with:chars é", "inputSchema": OBJECT, "annotations": READ})
@@ -75,6 +78,7 @@ EXTRA = int(os.environ.get("HOSTILE_EXTRA", "0"))
 PAGES = max(1, int(os.environ.get("HOSTILE_PAGES", "1")))
 SLOW_PROBE = float(os.environ.get("HOSTILE_SLOW_PROBE", "0"))
 PROBES = ("ping", "tools/list")
+SEEN = os.environ.get("HOSTILE_SEEN")
 
 
 def send(message: dict[str, Any]) -> None:
@@ -131,6 +135,9 @@ def main() -> None:
     for line in sys.stdin:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
+        if SEEN and method:
+            with open(SEEN, "a") as seen:
+                seen.write(method + "\n")
         if method in PROBES and probe_due:
             time.sleep(SLOW_PROBE)
             probe_due = False
@@ -150,6 +157,10 @@ def main() -> None:
             ask_method, ask_params = ASKS[message["params"]["name"]]
             asked[f"ask-{request_id}"] = request_id
             send({"id": f"ask-{request_id}", "method": ask_method, "params": ask_params})
+        elif method == "tools/call" and message["params"]["name"] == "silent":
+            probe_due = SLOW_PROBE > 0
+        elif method == "tools/call" and message["params"]["name"] == "freeze":
+            time.sleep(3600)
         elif method == "tools/call":
             failed = answer_call(request_id, message["params"])
             probe_due = probe_due or (failed and SLOW_PROBE > 0)
