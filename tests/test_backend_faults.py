@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +29,7 @@ from standins import monitoring_backend
 
 from centralmcp_batch import _compat, batch_tool
 from centralmcp_batch.adapters import centralmcp
-from centralmcp_batch.router import Router
+from centralmcp_batch.router import HttpBackend, Router
 from centralmcp_batch.testing import call
 
 # Python 3.10 has no Task.cancelling(): a CancelledError a backend raises itself counts as a real
@@ -40,6 +42,7 @@ needs_cancelling = pytest.mark.skipif(
 pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 BATCH = batch_tool.TOOL_NAME
+BACKENDS_LOG = "centralmcp_batch.router.backends"
 CALL_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS"
 BATCH_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_TIMEOUT_SECONDS"
 SELF_CANCELLED = "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"
@@ -363,3 +366,44 @@ async def _state_while_blocked(url: str) -> dict[str, bool]:
             ]:
                 await anyio.sleep(0.02)
     return state
+
+
+@pytest.mark.slow
+async def test_an_http_backend_that_stops_answering_is_reopened_after_a_call_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The backend is a real `serve` process over streamable HTTP, stopped with SIGSTOP: its socket
+    # still accepts, nothing answers, and each call is cut off by its 0.5 s limit.
+    config = tmp_path / "router.toml"
+    config.write_text('[backends.fragile]\nmodule = "tests.backends.fragile:fragile_server"\n')
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--config", str(config)]
+    command += ["--transport", "http", "--port", str(port)]
+    process = subprocess.Popen(
+        command, env=env, cwd=str(HERE.parent), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+    monkeypatch.setenv(CALL_TIMEOUT, "0.5")
+    router = Router({"upstream": HttpBackend(f"http://127.0.0.1:{port}/mcp")})
+    read = [{"name": "invoke_read_tool", "arguments": {"name": "quick"}}]
+    try:
+        await wait_for_port(port, process)
+        with caplog.at_level(logging.WARNING, logger=BACKENDS_LOG), anyio.fail_after(60):
+            async with router.connected():
+                first = router.remotes["upstream"].client
+                assert statuses(await batch(router.server, read)) == ["ok"]
+                process.send_signal(signal.SIGSTOP)
+                timed_out = (await batch(router.server, read))["results"][0]["error"]
+                assert timed_out == "TimeoutError: the backend call timed out after 0.5s"
+                while not any("reopening its session" in record.getMessage() for record in caplog.records):
+                    await anyio.sleep(0.1)
+                process.send_signal(signal.SIGCONT)  # the new session's handshake is answered now
+                while statuses(await batch(router.server, read)) != ["ok"]:
+                    await anyio.sleep(0.1)
+                assert router.remotes["upstream"].client is not first
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=15)
+        process.stderr.close()  # type: ignore[union-attr]
