@@ -539,13 +539,22 @@ def transport_security(allowed_hosts: Sequence[str] = (), allowed_origins: Seque
     """DNS-rebinding protection that accepts localhost and, besides, exactly the hosts and origins given.
 
     The SDKs compare ``allowed_hosts`` with the whole Host header, port included, and read a
-    trailing ``:*`` as any port; the caller passes the patterns it means.
+    trailing ``:*`` as any port; the caller passes the patterns it means. They compare in the
+    case given: the patterns are put in lower case here, as ``http_app`` puts the headers.
     """
     from mcp.server.transport_security import TransportSecuritySettings
 
-    hosts = list(dict.fromkeys([*LOCAL_HOSTS, *allowed_hosts]))
-    origins = list(dict.fromkeys([*LOCAL_ORIGINS, *allowed_origins]))
+    hosts = list(dict.fromkeys(lower_ascii(host) for host in [*LOCAL_HOSTS, *allowed_hosts]))
+    origins = list(dict.fromkeys(lower_ascii(origin) for origin in [*LOCAL_ORIGINS, *allowed_origins]))
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+# Only A-Z: Unicode's lower() maps some other letters to ASCII ones (the Kelvin sign to k).
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lower_ascii(text: str) -> str:
+    return text.translate(_ASCII_LOWER)
 
 
 def http_app(
@@ -557,7 +566,28 @@ def http_app(
     """
     security = transport_security(allowed_hosts, allowed_origins)
     if SDK_2:
-        return server.streamable_http_app(transport_security=security, stateless_http=stateless)
+        return _host_and_origin_in_lower_case(
+            server.streamable_http_app(transport_security=security, stateless_http=stateless)
+        )
     server.settings.transport_security = security  # 1.x reads it from the settings made at construction
     server.settings.stateless_http = stateless
-    return server.streamable_http_app()
+    return _host_and_origin_in_lower_case(server.streamable_http_app())
+
+
+_CASELESS_HEADERS = (b"host", b"origin")
+
+
+def _host_and_origin_in_lower_case(app: Any) -> Any:
+    """``app`` seeing the Host and Origin headers in lower case, as the SDK's check compares them.
+
+    Host names and schemes are case-insensitive (RFC 3986), and what else these two headers hold,
+    a port, has no case. ``bytes.lower()`` changes A-Z only.
+    """
+
+    async def lowered(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = [(key, value.lower() if key in _CASELESS_HEADERS else value) for key, value in scope["headers"]]
+            scope = {**scope, "headers": headers}
+        await app(scope, receive, send)
+
+    return lowered

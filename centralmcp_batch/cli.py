@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,26 +41,51 @@ ALLOWED_HOSTS_ENV = "CENTRALMCP_ROUTER_ALLOWED_HOSTS"
 ALLOWED_ORIGINS_ENV = "CENTRALMCP_ROUTER_ALLOWED_ORIGINS"
 
 
+# What a Host header's or an Origin's host can be: a DNS name (IDNs in their xn-- form, as clients
+# send them), an IPv4 address, or an IPv6 address in brackets. Anything else would never match.
+HOST_NAME = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
+
+
 def _allowed_host(text: str) -> str:
+    from .router.serve import split_port
+
     host = text.strip()
-    if not host or any(mark in host for mark in " /*,"):
-        hint = "give a Host header value such as mcp.example.com or mcp.example.com:8000"
-        raise argparse.ArgumentTypeError(f"invalid host {text!r}: {hint}")
-    return host
+    hint = "give a Host header value such as mcp.example.com or mcp.example.com:8000"
+    if any(mark in host for mark in "/?#@"):
+        raise argparse.ArgumentTypeError(f"invalid host {text!r}: no scheme, path, query or user; {hint}")
+    name, port = split_port(host)
+    return _host_and_port(name, port, any_port=False, error=lambda why: f"invalid host {text!r}: {why}; {hint}")
 
 
 def _allowed_origin(text: str) -> str:
     from .router.serve import split_port
 
     origin = text.strip()
+    hint = "give scheme://host[:port] (:* for any port), such as https://app.example.com"
     scheme, _, rest = origin.partition("://")
+    if scheme.lower() not in ("http", "https"):
+        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: the scheme must be http or https; {hint}")
+    if any(mark in rest for mark in "/?#"):
+        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: an origin has no path, query or fragment; {hint}")
     name, port = split_port(rest)
     # `:*` is any port of that one name, as the SDKs read it; a `*` anywhere else would be a wildcard host
-    port_ok = port is None or port == "*" or (port.isascii() and port.isdigit())
-    if scheme not in ("http", "https") or not name or any(mark in name for mark in " /*,") or not port_ok:
-        hint = "give scheme://host[:port] (:* for any port), such as https://app.example.com"
-        raise argparse.ArgumentTypeError(f"invalid origin {text!r}: {hint}")
-    return origin
+    authority = _host_and_port(name, port, any_port=True, error=lambda why: f"invalid origin {text!r}: {why}; {hint}")
+    return f"{scheme}://{authority}"
+
+
+def _host_and_port(name: str, port: str | None, *, any_port: bool, error: Callable[[str], str]) -> str:
+    """``name[:port]`` as a client writes it (the SDKs compare strings: ``:0443`` would never match)."""
+    if not name:
+        raise argparse.ArgumentTypeError(error("the host name is missing"))
+    if not HOST_NAME.fullmatch(name):
+        why = "a host name has only letters, digits, '.', '-' and '_', or is an IPv6 address in brackets"
+        raise argparse.ArgumentTypeError(error(why))
+    if port is None or (any_port and port == "*"):
+        return name if port is None else f"{name}:{port}"
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        ports = "a number from 1 to 65535" + (" or *" if any_port else "")
+        raise argparse.ArgumentTypeError(error(f"the port must be {ports}"))
+    return f"{name}:{int(port)}"
 
 
 def _from_env(name: str, check: Callable[[str], str]) -> list[str]:

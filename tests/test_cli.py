@@ -65,6 +65,46 @@ def test_argument_errors_exit_2_with_a_clear_message(
     assert message in err and "usage: centralmcp-batch" in err
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--allow-host", "mcp.example.com:abc", "the port must be a number from 1 to 65535"),
+        ("--allow-host", "mcp.example.com:", "the port must be a number"),
+        ("--allow-host", "mcp.example.com:70000", "the port must be a number"),
+        ("--allow-host", "mcp.example.com:0", "the port must be a number"),
+        pytest.param("--allow-host", "a:" + "9" * 5000, "the port must be a number", id="5000-digit-port"),
+        ("--allow-host", ":8000", "the host name is missing"),
+        ("--allow-host", "", "the host name is missing"),
+        ("--allow-host", "https://mcp.example.com", "no scheme, path, query or user"),
+        ("--allow-host", "mcp.example.com/mcp", "no scheme, path, query or user"),
+        ("--allow-host", "mcp.example.com?x=1", "no scheme, path, query or user"),
+        ("--allow-host", "user@mcp.example.com", "no scheme, path, query or user"),
+        ("--allow-host", "::1", "an IPv6 address in brackets"),
+        ("--allow-host", "[::1", "an IPv6 address in brackets"),
+        ("--allow-host", "bücher.example", "letters, digits"),
+        ("--allow-origin", "https://app.example.com/", "an origin has no path, query or fragment"),
+        ("--allow-origin", "https://app.example.com/app", "an origin has no path, query or fragment"),
+        ("--allow-origin", "https://app.example.com?x=1", "an origin has no path, query or fragment"),
+        ("--allow-origin", "https://app.example.com#top", "an origin has no path, query or fragment"),
+        ("--allow-origin", "https://app.example.com:70000", "the port must be a number from 1 to 65535 or *"),
+        ("--allow-origin", "https://app.example.com:", "the port must be a number"),
+        ("--allow-origin", "https://", "the host name is missing"),
+        ("--allow-origin", "https://user@app.example.com", "letters, digits"),
+        ("--allow-origin", "ftp://app.example.com", "the scheme must be http or https"),
+    ],
+)
+def test_a_host_or_origin_that_could_never_match_is_refused_saying_why(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, why: str
+) -> None:
+    # Only parsed: a value let through would start a server.
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(["serve", "--demo", "--transport", "http", option, value])
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith(f"centralmcp-batch serve: error: argument {option}: invalid {option[8:]} {value!r}: ")
+    assert why in line
+
+
 def test_serve_without_config_names_the_default_and_the_way_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -137,14 +137,54 @@ async def test_allowed_hosts_and_origins_from_the_environment(stop: list[subproc
     assert status(port, "tls.example.test", origin="https://pinned.example.test") == 200  # as the flags
 
 
+@pytest.mark.anyio
+async def test_host_names_and_schemes_match_in_any_case(stop: list[subprocess.Popen[bytes]]) -> None:
+    # Host names and schemes are case-insensitive (RFC 3986): a client may send, and an operator
+    # may write, any case. The check still compares everything else exactly.
+    port = await serving(
+        stop,
+        *("--allow-host", "MCP.Example.test", "--allow-host", "[::ABCD]:9"),
+        *("--allow-origin", "HTTPS://App.Example.test", "--allow-origin", "https://Pinned.example.test:8443"),
+    )
+    here = f"127.0.0.1:{port}"
+    assert status(port, f"LOCALHOST:{port}", origin=f"HTTP://LocalHost:{port}") == 200
+    assert status(port, f"mcp.example.TEST:{port}", origin="https://app.example.test") == 200
+    assert status(port, "mcp.example.test", origin="https://APP.EXAMPLE.TEST:443") == 200
+    assert status(port, "[::abcd]:9") == 200
+    assert status(port, here, origin="https://pinned.EXAMPLE.test:8443") == 200
+    assert status(port, f"EVIL.example.test:{port}") == 421
+    assert status(port, "[::ABCD]:10") == 421
+    assert status(port, here, origin="HTTP://App.Example.test") == 403  # another scheme is another origin
+    assert status(port, here, origin="https://pinned.example.test") == 403
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (cli.ALLOWED_ORIGINS_ENV, "app.example.test", "invalid origin 'app.example.test'"),
+        (cli.ALLOWED_ORIGINS_ENV, "https://a.example.test, https://b.example.test/", "no path, query or fragment"),
+        (cli.ALLOWED_HOSTS_ENV, "a.example.test,b.example.test:abc", "invalid host 'b.example.test:abc': the port"),
+        (cli.ALLOWED_HOSTS_ENV, "a.example.test;b.example.test", "letters, digits"),
+    ],
+)
 def test_a_bad_environment_entry_is_an_argument_error_naming_the_variable(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, message: str
 ) -> None:
-    monkeypatch.setenv(cli.ALLOWED_ORIGINS_ENV, "app.example.test")
+    monkeypatch.setenv(variable, value)
+    monkeypatch.chdir(Path(__file__).parent)  # no router.toml: an entry let through ends in that error, not a server
     with pytest.raises(SystemExit) as exited:
-        cli.main(["serve", "--demo", "--transport", "http"])
+        cli.main(["serve", "--transport", "http"])
     assert exited.value.code == 2
-    assert f"{cli.ALLOWED_ORIGINS_ENV}: invalid origin 'app.example.test'" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"centralmcp-batch serve: error: {variable}: ") and message in err[-1]
+
+
+def test_accepted_ports_are_written_as_clients_send_them() -> None:
+    # The SDK compares the header as a string: `:0443` would never match the `:443` a client sends.
+    assert cli._allowed_host("mcp.example.test:0443") == "mcp.example.test:443"
+    assert cli._allowed_host("[::1]:8000") == "[::1]:8000"
+    assert cli._allowed_origin("https://app.example.test:08443") == "https://app.example.test:8443"
+    assert cli._allowed_origin("https://app.example.test:*") == "https://app.example.test:*"
 
 
 def test_a_stdio_router_never_reads_the_http_variables(tmp_path: Path) -> None:
@@ -195,3 +235,4 @@ def test_a_default_port_and_no_port_make_the_same_patterns() -> None:
     assert origins("http://b.test:80") == ["http://b.test", "http://b.test:80"]
     assert origins("http://c.test:443", "https://c.test:8443") == ["http://c.test:443", "https://c.test:8443"]
     assert origins("https://d.test:*") == ["https://d.test", "https://d.test:*"]
+    assert origins("HTTPS://E.test") == ["https://E.test", "https://E.test:443"]  # a scheme in any case

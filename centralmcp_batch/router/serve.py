@@ -52,6 +52,7 @@ class HttpAccess:
         patterns: list[str] = []
         for origin in self.origins:
             scheme, _, rest = origin.partition("://")
+            scheme = scheme.lower()  # its default port is looked up by it
             name, port = split_port(rest)
             default = DEFAULT_PORTS.get(scheme)
             if default is not None and port in (None, default):
