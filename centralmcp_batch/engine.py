@@ -766,7 +766,13 @@ class _Run:
                     started = time.perf_counter()
                     guards = self.guards[call.index]
                     guards.scope, guards.resting = scope, batch_deadline
-                    await self.run_one(call, started)
+                    try:
+                        await self.run_one(call, started)
+                    except anyio.get_cancelled_exc_class() as exc:
+                        # The worker's scope may end it here, where no caller drops these frames: trio
+                        # keeps its Cancelled in a reference cycle, which would hold the run and entries.
+                        _drop_frames_below(exc)
+                        raise
                     if scope.cancel_called:  # a late answer, already told as timed out: a fresh scope for the rest
                         break
                 else:

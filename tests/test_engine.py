@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import importlib.util
 import json
 import math
 import sys
@@ -28,6 +29,12 @@ needs_cancelling = pytest.mark.skipif(
 )
 
 pytestmark = pytest.mark.anyio
+# The engine keeps to anyio, so it runs on trio too (see must_propagate); trio is no dependency of
+# the package, so these runs need it installed. The suite otherwise runs on asyncio only.
+on_each_backend = pytest.mark.parametrize(
+    "anyio_backend",
+    ["asyncio", pytest.param("trio", marks=pytest.mark.skipif(not importlib.util.find_spec("trio"), reason="no trio"))],
+)
 TOOL = ToolRef("read", "srv", {"readOnlyHint": True})
 
 
@@ -198,6 +205,7 @@ async def left_for_the_cycle_collector(batch: Callable[[], Awaitable[object]]) -
         gc.enable()
 
 
+@on_each_backend
 async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
     # Whether workers were started or not, the run and its items go as soon as the caller drops the answer.
     readers = {  # no wait, brief waits (the ramp starts, then is cancelled), long waits (workers start)
@@ -232,6 +240,7 @@ async def cancel_once_reached(reached: anyio.Event, scope: anyio.CancelScope) ->
     scope.cancel()
 
 
+@on_each_backend
 @pytest.mark.parametrize(
     ("concurrency", "waiting", "ramp_wait"),
     [
@@ -265,12 +274,28 @@ async def test_a_cancelled_batch_leaves_nothing_for_the_cycle_collector(
     assert left == [], f"reference cycles through {left}"
 
 
+@on_each_backend
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_a_batch_past_its_time_limit_leaves_nothing_for_the_cycle_collector(concurrency: int) -> None:
     # The limit cancels the entries still running; with several workers it ends their tasks too.
     batch, _ = hanging_batch(concurrency, waiting=1)
     with anyio.fail_after(10):
         left = await left_for_the_cycle_collector(functools.partial(batch, batch_timeout=0.1))
+    assert left == [], f"reference cycles through {left}"
+
+
+@on_each_backend
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_call_past_its_time_limit_leaves_nothing_for_the_cycle_collector(concurrency: int) -> None:
+    # The worker's own scope carries the call's limit and ends the cancellation there: no caller
+    # above sees it. trio keeps a Cancelled in a reference cycle with its traceback, which held the
+    # worker's frames, and so the run, its entries and guards.
+    async def hangs(call: ValidCall) -> None:
+        await anyio.sleep(30)
+
+    batch = functools.partial(run, [{"name": "hang"}] * 2, dispatching_reader(hangs), concurrency=concurrency)
+    with anyio.fail_after(10):
+        left = await left_for_the_cycle_collector(functools.partial(batch, call_timeout=0.05))
     assert left == [], f"reference cycles through {left}"
 
 
