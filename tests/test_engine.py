@@ -29,8 +29,8 @@ needs_cancelling = pytest.mark.skipif(
 )
 
 pytestmark = pytest.mark.anyio
-# The engine keeps to anyio, so it runs on trio too (see must_propagate); trio is no dependency of
-# the package, so these runs need it installed. The suite otherwise runs on asyncio only.
+# The engine keeps to anyio, so it runs on trio too (see must_propagate). trio is no dependency of
+# the package, only of its test extra, so CI runs these on both; the rest of the suite runs on asyncio.
 on_each_backend = pytest.mark.parametrize(
     "anyio_backend",
     ["asyncio", pytest.param("trio", marks=pytest.mark.skipif(not importlib.util.find_spec("trio"), reason="no trio"))],
