@@ -147,3 +147,22 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_no_router_left(tmp_path: Path) 
     own = [line for line in err_text.splitlines() if "Warning" not in line and not line.startswith("  warnings.warn")]
     assert (code, own) == (130, ["centralmcp-batch: demo interrupted"]), err_text
     assert wait_gone(router, 10) == []
+
+
+@pytest.mark.usefixtures("linux_proc")
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_signal_while_a_backend_starts_stops_the_router_at_once(tmp_path: Path, transport: str) -> None:
+    # the backend answers nothing for 120 s: the router's wait for its first attempt would run its full 30 s
+    config = write_config(tmp_path, 1, LINGER_START_SECONDS="120")
+    options = ["--port", str(free_port())] if transport == "http" else []
+    process = start(config, "--transport", transport, *options, "--log-level", "warning")
+    pids = backend_pids(tmp_path, 1, process)
+    started = time.monotonic()
+    code, err = stop(process, signal.SIGTERM, tmp_path, seconds=25)
+    took = time.monotonic() - started
+    left = wait_gone(pids, 10)
+    # before: the router stopped only once the wait was over, 30 s after it began
+    assert code == 0, err
+    assert took < 15, err
+    assert left == [], err
+    assert "did not start" not in err, err

@@ -95,8 +95,13 @@ class Router:
     # -- remote connections -----------------------------------------------------------
 
     @asynccontextmanager
-    async def connected(self) -> AsyncIterator[Router]:
-        """Keep every remote backend connected while open; nested uses share the sessions."""
+    async def connected(self, abandon: anyio.Event | None = None) -> AsyncIterator[Router]:
+        """Keep every remote backend connected while open; nested uses share the sessions.
+
+        Entering waits for each backend's first attempt to connect, up to FIRST_CONNECT_SECONDS;
+        ``abandon``, once set, ends that wait at once (a stop signal during start-up): the body then
+        runs with the backends not yet up, and leaving it stops them.
+        """
         if self._connected or not self.remotes:
             self._connected += 1
             try:
@@ -107,16 +112,24 @@ class Router:
         async with anyio.create_task_group() as tasks:
             for remote in self.remotes.values():
                 tasks.start_soon(remote.run)
-            with anyio.move_on_after(FIRST_CONNECT_SECONDS):
-                for remote in self.remotes.values():
-                    await remote.first_attempt.wait()
-            self._check_first_connects()
+            await self._first_attempts(abandon)
+            if abandon is None or not abandon.is_set():  # when stopping, who started no longer matters
+                self._check_first_connects()
             self._connected += 1
             try:
                 yield self
             finally:
                 self._connected -= 1
                 tasks.cancel_scope.cancel()
+
+    async def _first_attempts(self, abandon: anyio.Event | None) -> None:
+        with anyio.move_on_after(FIRST_CONNECT_SECONDS):
+            async with anyio.create_task_group() as waits:
+                if abandon is not None:
+                    waits.start_soon(_cancel_when, abandon, waits.cancel_scope)
+                for remote in self.remotes.values():
+                    await remote.first_attempt.wait()
+                waits.cancel_scope.cancel()  # every first attempt is over: stop watching ``abandon``
 
     def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
         """On every (re)connect: the catalog holds the backend's current tools, and only those."""
@@ -218,6 +231,11 @@ class Router:
             result: dict[str, Any] = outcome.result
             return result
         return {"error": outcome.error, "tool": name, "status": outcome.status}
+
+
+async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 NOT_UNICODE_NAME = "Unknown tool: its name is not valid Unicode text. Use find_tool to discover."

@@ -103,7 +103,7 @@ async def serve_stdio(router: Any) -> int | None:
     async with anyio.create_task_group() as tasks:
         # watching before the backends start: a signal during start-up stops them too
         await tasks.start(_watch_signals, lambda signum: _note_stop(stopped, stop, signum))
-        async with router.connected():
+        async with router.connected(abandon=stop):
             if not stop.is_set():
                 tasks.start_soon(_serve_until_eof, router.server, stop)
             await stop.wait()  # not cancelled yet: a cancel here would leave this block before the exit below
@@ -162,17 +162,20 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     # process before the backends are stopped: the router watches the signals itself.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     stopped: list[int] = []
+    stop = anyio.Event()
     async with anyio.create_task_group() as tasks:
         # watching before the backends start: a signal during start-up stops them too
-        await tasks.start(_watch_signals, lambda signum: _stop_uvicorn(server, stopped, signum))
-        async with router.connected():  # one session per remote backend for all HTTP clients
-            await server.serve()
+        await tasks.start(_watch_signals, lambda signum: _stop_uvicorn(server, stopped, stop, signum))
+        async with router.connected(abandon=stop):  # one session per remote backend for all HTTP clients
+            if not stop.is_set():
+                await server.serve()
         tasks.cancel_scope.cancel()
     return stopped[0] if stopped else None
 
 
-def _stop_uvicorn(server: Any, stopped: list[int], signum: int) -> None:
+def _stop_uvicorn(server: Any, stopped: list[int], stop: anyio.Event, signum: int) -> None:
     """The first signal lets in-flight requests finish; a second stops without waiting for them."""
     server.force_exit = bool(stopped)
     server.should_exit = True
     stopped.append(signum)
+    stop.set()

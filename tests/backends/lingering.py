@@ -3,7 +3,9 @@
 Run as a script (``python tests/backends/lingering.py NAME``), with ``LINGER_DIR`` in its
 environment. It writes ``NAME.pid`` there: its own pid and, with ``LINGER_CHILD=1``, the pid of a
 child it starts (a ``sleep`` that knows nothing of MCP). ``LINGER_IGNORE_TERM=1`` ignores SIGTERM;
-``LINGER_STAY=1`` keeps running after the router closes its stdin. ``slow(seconds)`` is a read.
+``LINGER_STAY=1`` keeps running after the router closes its stdin; ``LINGER_START_SECONDS`` waits that
+long after writing the pids before it answers (a slow start, as an npx server's first run). ``slow(seconds)``
+is a read.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def main(name: str) -> None:
     path = Path(os.environ["LINGER_DIR"], f"{name}.pid")
     path.with_suffix(".tmp").write_text(" ".join(map(str, pids)))
     path.with_suffix(".tmp").rename(path)  # whole, or not there
+    time.sleep(float(os.environ.get("LINGER_START_SECONDS", "0")))
     anyio.run(_compat.run_stdio, lingering_server(name))
     while os.environ.get("LINGER_STAY") == "1":  # stdin closed: a well-behaved server would exit now
         time.sleep(1)
