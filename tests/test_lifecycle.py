@@ -7,15 +7,19 @@ do not exit when the router closes their stdin, so only a router that stops them
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.redis_server import free_port
@@ -74,7 +78,7 @@ def wait_gone(pids: list[int], seconds: float) -> list[int]:
     return left
 
 
-def stop(process: subprocess.Popen[bytes], signum: int, directory: Path, seconds: float = 20) -> tuple[int | None, str]:
+def stop(process: subprocess.Popen[Any], signum: int, directory: Path, seconds: float = 20) -> tuple[int | None, str]:
     process.send_signal(signum)
     try:
         code: int | None = process.wait(timeout=seconds)
@@ -166,3 +170,102 @@ def test_a_signal_while_a_backend_starts_stops_the_router_at_once(tmp_path: Path
     assert took < 15, err
     assert left == [], err
     assert "did not start" not in err, err
+
+
+# A deployment's tracing, set up before the router starts: a global provider whose batching
+# processor holds every span (it would export after a minute), exporting to a file.
+TRACED_SERVE = """
+import json, os, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+class FileExporter(SpanExporter):
+    def export(self, spans):
+        with open(os.environ["SPANS_FILE"], "a") as out:
+            out.writelines(json.dumps(span.name) + "\\n" for span in spans)
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(FileExporter(), schedule_delay_millis=60_000))
+trace.set_tracer_provider(provider)
+
+from centralmcp_batch.cli import main
+raise SystemExit(main())
+"""
+INITIALIZE = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+ONE_BATCH = {"name": "invoke_read_tool_batch", "arguments": {"calls": [{"name": "list_sites"}]}}
+
+
+def rpc_line(request_id: int | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    return message if request_id is None else {**message, "id": request_id}
+
+
+def start_traced(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
+    script = tmp_path / "traced_serve.py"
+    script.write_text(textwrap.dedent(TRACED_SERVE))
+    env = {**os.environ, "SPANS_FILE": str(tmp_path / "spans"), "PYTHONPATH": str(HERE.parent)}
+    command = [sys.executable, str(script), "serve", "--demo", *options]
+    with (tmp_path / "stderr").open("wb") as err:
+        return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def batch_over_stdio(process: subprocess.Popen[str]) -> dict[str, Any]:
+    lines = [
+        rpc_line(0, "initialize", INITIALIZE),
+        rpc_line(None, "notifications/initialized", {}),
+        rpc_line(1, "tools/call", ONE_BATCH),
+    ]
+    process.stdin.write("".join(json.dumps(line) + "\n" for line in lines))  # type: ignore[union-attr]
+    process.stdin.flush()  # type: ignore[union-attr]
+    for line in process.stdout:  # type: ignore[union-attr]
+        answer: dict[str, Any] = json.loads(line)
+        if answer.get("id") == 1:
+            return answer
+    raise AssertionError("no answer to the batch")
+
+
+def post(url: str, message: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    reply = httpx.post(url, json=message, headers=headers, timeout=timeout)
+    reply.raise_for_status()
+    data = [line[len("data:") :] for line in reply.text.splitlines() if line.startswith("data:")]
+    answer: dict[str, Any] = json.loads(data[-1]) if data else reply.json()
+    return answer
+
+
+def wait_served(url: str, process: subprocess.Popen[Any], directory: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            post(url, rpc_line(0, "initialize", INITIALIZE))
+            return
+        except httpx.TransportError:
+            assert process.poll() is None, (directory / "stderr").read_text()
+            time.sleep(0.1)
+    raise AssertionError("the router did not start serving")
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_spans_the_tracer_provider_holds_are_exported_when_a_signal_stops_the_router(
+    tmp_path: Path, transport: str
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    if transport == "stdio":
+        process = start_traced(tmp_path)
+        answer = batch_over_stdio(process)
+    else:
+        port = free_port()
+        process = start_traced(tmp_path, "--transport", "http", "--port", str(port))
+        url = f"http://127.0.0.1:{port}/mcp"
+        wait_served(url, process, tmp_path)
+        answer = post(url, rpc_line(1, "tools/call", ONE_BATCH))
+    assert answer["result"]["structuredContent"]["ok"] is True, answer
+    code, err = stop(process, signal.SIGTERM, tmp_path)
+    process.stdout.close()  # type: ignore[union-attr]
+    spans_file = tmp_path / "spans"
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines()] if spans_file.exists() else []
+    # before, on stdio: the exit skipped the provider's exit handler, and every span it held was lost
+    assert code == 0, err
+    assert {"invoke_read_tool_batch", "invoke_read_tool_batch entry"} <= set(spans), err

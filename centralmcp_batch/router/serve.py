@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -128,9 +129,14 @@ def _exit_now() -> NoReturn:
 
     The SDK reads stdin in a worker thread, blocked in a read that neither a cancel nor a signal
     interrupts: the server would not finish, nor the interpreter exit, until the client closed
-    the pipe. Only the output buffers are left to flush.
+    the pipe. ``os._exit`` skips the interpreter's exit handlers, so they are run first: a host's
+    buffers are flushed there (OpenTelemetry's tracer provider exports the spans it still holds,
+    logging flushes its handlers). They wait for no thread, so the blocked reader does not hold
+    them up; a signal while they run stops the process at once, as a second signal should.
     """
-    logging.shutdown()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
