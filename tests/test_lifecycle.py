@@ -7,6 +7,7 @@ do not exit when the router closes their stdin, so only a router that stops them
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +272,70 @@ def test_spans_the_tracer_provider_holds_are_exported_when_a_signal_stops_the_ro
     # before, on stdio: the exit skipped the provider's exit handler, and every span it held was lost
     assert code == 0, err
     assert {"invoke_read_tool_batch", "invoke_read_tool_batch entry"} <= set(spans), err
+
+
+def slow_batch(*seconds: float) -> dict[str, Any]:
+    """``b0_slow`` for each duration, in turn with ``b1_slow``: an ordered batch over both backends."""
+    calls = [{"name": f"b{i % 2}_slow", "arguments": {"seconds": each}} for i, each in enumerate(seconds)]
+    return {"name": "invoke_read_tool_batch", "arguments": {"calls": calls}}
+
+
+def wait_for_call(directory: Path, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while not (directory / f"{name}.calls").exists():
+        assert time.monotonic() < deadline, "the backend was never called"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def http_router(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, list[int]]]:
+    config = write_config(tmp_path, 2)
+    port = free_port()
+    process = start(config, "--transport", "http", "--port", str(port), "--log-level", "warning")
+    pids = backend_pids(tmp_path, 2, process)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_served(url, process, tmp_path)
+        yield process, url, pids
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        wait_gone(pids, 0)
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_the_first_signal_lets_an_http_batch_in_flight_finish_then_stops_every_backend(tmp_path: Path) -> None:
+    with http_router(tmp_path) as (process, url, pids), ThreadPoolExecutor(1) as client:
+        answer = client.submit(post, url, rpc_line(1, "tools/call", slow_batch(3, 1, 0)))
+        wait_for_call(tmp_path, "b0")
+        code, err = stop(process, signal.SIGTERM, tmp_path)
+        results = answer.result(timeout=30)["result"]["structuredContent"]["results"]
+        left = wait_gone(pids, 10)
+    assert [(item["tool"], item["status"], item["result"]["slept"]) for item in results] == [
+        ("b0_slow", "ok", 3),
+        ("b1_slow", "ok", 1),
+        ("b0_slow", "ok", 0),
+    ], results
+    assert code == 0, err
+    assert left == [], err
+    assert "Traceback" not in err or uvicorns_lifespan_cancelled(err), err
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_a_second_signal_stops_an_http_router_without_waiting_for_its_batch(tmp_path: Path) -> None:
+    with http_router(tmp_path) as (process, url, pids), ThreadPoolExecutor(1) as client:
+        answer = client.submit(post, url, rpc_line(1, "tools/call", slow_batch(60)))
+        wait_for_call(tmp_path, "b0")
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the first signal is taken: the router waits for the batch
+        assert process.poll() is None
+        started = time.monotonic()
+        code, err = stop(process, signal.SIGTERM, tmp_path)
+        took = time.monotonic() - started
+        left = wait_gone(pids, 10)
+        with contextlib.suppress(httpx.HTTPError):  # cut off, or answered that the backend went away
+            answer.result(timeout=30)
+    assert code == 0, err
+    assert took < 15, err  # not the batch's 60 s
+    assert left == [], err

@@ -5,7 +5,7 @@ environment. It writes ``NAME.pid`` there: its own pid and, with ``LINGER_CHILD=
 child it starts (a ``sleep`` that knows nothing of MCP). ``LINGER_IGNORE_TERM=1`` ignores SIGTERM;
 ``LINGER_STAY=1`` keeps running after the router closes its stdin; ``LINGER_START_SECONDS`` waits that
 long after writing the pids before it answers (a slow start, as an npx server's first run). ``slow(seconds)``
-is a read.
+is a read; each call adds a line to ``NAME.calls`` as it begins.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def lingering_server(name: str) -> Any:
     server = _compat.new_server(name)
 
     async def slow(seconds: float = 0.0) -> dict[str, Any]:
+        with Path(os.environ["LINGER_DIR"], f"{name}.calls").open("a") as calls:
+            calls.write(f"{seconds}\n")  # the call is under way: a test may now stop the router
         await anyio.sleep(seconds)
         return {"pid": os.getpid(), "slept": seconds}
 
