@@ -21,6 +21,8 @@ import anyio
 import anyio.to_thread
 import pydantic
 
+from .process_groups import BackendProcesses
+
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
 # A plain name, so mypy can take it as a constant (always_true in pyproject.toml): mypy checks
@@ -495,7 +497,26 @@ def _tool_info(tool: Any) -> ToolInfo:
 
 @asynccontextmanager
 async def connect(target: Any) -> AsyncIterator[ClientHandle]:
-    """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL."""
+    """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL.
+
+    A stdio server's processes are stopped after the SDK has stopped the server, so the ones it
+    started do not outlive it (see ``process_groups``).
+    """
+    if not isinstance(target, StdioServerParameters):
+        async with _connect(target) as client:
+            yield client
+        return
+    processes = BackendProcesses()
+    try:
+        async with _connect(target.model_copy(update={"env": processes.env(target.env)})) as client:
+            yield client
+    finally:
+        with anyio.CancelScope(shield=True):  # the router's sessions end by being cancelled
+            await processes.stop()
+
+
+@asynccontextmanager
+async def _connect(target: Any) -> AsyncIterator[ClientHandle]:
     if SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
         # As a transport: 2.0's Client takes no StdioServerParameters (2.1 added them, as this same transport).

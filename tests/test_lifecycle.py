@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -339,3 +340,46 @@ def test_a_second_signal_stops_an_http_router_without_waiting_for_its_batch(tmp_
     assert code == 0, err
     assert took < 15, err  # not the batch's 60 s
     assert left == [], err
+
+
+@pytest.mark.usefixtures("linux_proc")
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
+def test_the_processes_a_backend_started_stop_with_it(tmp_path: Path, how: str) -> None:
+    # each backend exits as its stdin closes, but leaves the helper it started running
+    config = write_config(tmp_path, 2, LINGER_CHILD="1")
+    process = start(config, "--log-level", "warning")
+    pids = backend_pids(tmp_path, 2, process)
+    if how == "SIGTERM":
+        code, err = stop(process, signal.SIGTERM, tmp_path)
+    else:
+        process.stdin.close()  # type: ignore[union-attr]
+        code, err = process.wait(timeout=20), (tmp_path / "stderr").read_text()
+    left = wait_gone(pids, 10)
+    # before: every helper outlived its backend, on both SDK lines, whichever way the router stopped
+    assert code == 0, err
+    assert left == [], err
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("linux_proc")
+async def test_a_restarted_backend_leaves_no_process_of_its_last_run(tmp_path: Path) -> None:
+    from centralmcp_batch.router.backends import StdioBackend
+    from centralmcp_batch.router.core import Router
+
+    env = {"LINGER_DIR": str(tmp_path), "LINGER_CHILD": "1"}
+    router = Router({"b0": StdioBackend(sys.executable, [str(LINGERING), "b0"], env)})
+    pid_file = tmp_path / "b0.pid"
+    with anyio.fail_after(60):
+        async with router.connected():
+            backend, helper = map(int, pid_file.read_text().split())
+            pid_file.unlink()
+            os.kill(backend, signal.SIGKILL)  # the backend dies; its helper runs on
+            answer = await router.read("b0_slow", {"seconds": 0})
+            assert "went away" in answer["error"], answer
+            while not pid_file.exists():  # the router starts the backend again
+                await anyio.sleep(0.05)
+            left = wait_gone([helper], 10)
+            latest = [int(pid) for pid in pid_file.read_text().split()]
+    wait_gone(latest, 10)
+    # before: the helper of the backend's last run ran on, beside the new one's
+    assert left == []

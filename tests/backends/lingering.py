@@ -41,7 +41,9 @@ def lingering_server(name: str) -> Any:
 def main(name: str) -> None:
     pids = [os.getpid()]
     if os.environ.get("LINGER_CHILD") == "1":
-        pids.append(subprocess.Popen(["sleep", "300"]).pid)
+        # off the MCP pipes, as a helper the server started for itself would be
+        helper = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        pids.append(helper.pid)
     if os.environ.get("LINGER_IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     path = Path(os.environ["LINGER_DIR"], f"{name}.pid")
