@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -39,19 +40,37 @@ class BackendProcesses:
 
     async def stop(self) -> None:
         """SIGTERM to the groups of whatever is left, SIGKILL to what is still there after the grace period."""
-        groups = {group for group in map(_group_of, _carrying(self.token)) if group is not None}
-        groups = {group for group in groups if _signal_group(group, signal.SIGTERM)}
+        targets = {target for target in map(_kill_target, _carrying(self.token)) if target is not None}
+        targets = {target for target in targets if _signal(target, signal.SIGTERM)}
         with anyio.move_on_after(GRACE_SECONDS):
-            while groups := {group for group in groups if _signal_group(group, 0)}:
+            while targets := {target for target in targets if _signal(target, 0)}:
                 await anyio.sleep(POLL_SECONDS)
-        for group in groups:
-            _signal_group(group, signal.SIGKILL)
+        for target in targets:
+            _signal(target, signal.SIGKILL)
 
 
-def _signal_group(group: int, signum: int) -> bool:
-    """False once the group is gone (or holds only processes this one may not signal)."""
+# How to signal what is left of a server: its process group as a whole, or one process by itself.
+KillTarget = tuple[Callable[[int, int], None], int]
+
+
+def _kill_target(pid: int) -> KillTarget | None:
+    """``pid``'s process group, or ``pid`` alone when it shares the router's own group.
+
+    The router's group holds the router and perhaps the client that started it: a process that
+    joined it (or an SDK that started the server without a group of its own) is stopped by itself.
+    """
     try:
-        os.killpg(group, signum)
+        group = os.getpgid(pid)
+    except OSError:  # gone meanwhile
+        return None
+    return (os.kill, pid) if group == os.getpgrp() else (os.killpg, group)
+
+
+def _signal(target: KillTarget, signum: int) -> bool:
+    """False once the target is gone (or holds only processes this one may not signal)."""
+    kill, ident = target
+    try:
+        kill(ident, signum)
     except (ProcessLookupError, PermissionError):
         return False
     return True
@@ -68,10 +87,3 @@ def _carrying(token: str) -> list[int]:
         except OSError:  # gone meanwhile, or not ours
             continue
     return found
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None

@@ -383,3 +383,25 @@ async def test_a_restarted_backend_leaves_no_process_of_its_last_run(tmp_path: P
     wait_gone(latest, 10)
     # before: the helper of the backend's last run ran on, beside the new one's
     assert left == []
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("linux_proc")
+async def test_what_is_left_in_the_routers_own_process_group_is_stopped_by_itself() -> None:
+    from centralmcp_batch import process_groups
+
+    stopper = process_groups.BackendProcesses()
+    env = {**os.environ, **stopper.env(None)}
+    # one helper in a group of its own, as the SDK starts a server; one left in this process's group
+    apart = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        with anyio.fail_after(20):
+            await stopper.stop()
+        # each is signalled; signalling the router's own group would have stopped this test's process too
+        assert apart.wait(timeout=10) == -signal.SIGTERM
+        assert beside.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for helper in (apart, beside):
+            helper.kill()
+            helper.wait()
