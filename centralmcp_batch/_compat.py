@@ -416,6 +416,9 @@ class ClientHandle:
 
     session: Any
     tool_infos: list[ToolInfo] = field(default_factory=list)
+    # Set when the transport's read side ends: the server closed its end (a stdio process that
+    # exited, crashed or was killed). Never set for a transport that does not tell (HTTP, in memory).
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
     async def list_tools(self) -> list[ToolInfo]:
         """Every page of the server's tool list (a server may split it, with ``nextCursor``)."""
@@ -500,15 +503,19 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
     """A client session to ``target``: a server object (in memory), StdioServerParameters, or a URL.
 
     A stdio server's processes are stopped after the SDK has stopped the server, so the ones it
-    started do not outlive it (see ``process_groups``).
+    started do not outlive it (see ``process_groups``); the handle's ``ended`` tells when the
+    server's process has closed its end (exited), while nothing calls.
     """
     if not isinstance(target, StdioServerParameters):
         async with _connect(target) as client:
             yield client
         return
     processes = BackendProcesses()
+    ended = anyio.Event()
     try:
-        async with _connect(target.model_copy(update={"env": processes.env(target.env)})) as client:
+        # a transport: 2.0's Client takes no StdioServerParameters (2.1 added them, as this same transport)
+        transport = _watched(stdio_client(target.model_copy(update={"env": processes.env(target.env)})), ended)
+        async with _connect(transport, ended) as client:
             yield client
     finally:
         with anyio.CancelScope(shield=True):  # the router's sessions end by being cancelled
@@ -516,16 +523,53 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
 
 
 @asynccontextmanager
-async def _connect(target: Any) -> AsyncIterator[ClientHandle]:
+async def _connect(target: Any, ended: anyio.Event | None = None) -> AsyncIterator[ClientHandle]:
+    """A session to a server object, a URL, or a transport (what ``stdio_client`` makes), whose end sets ``ended``."""
+    ended = ended or anyio.Event()
     if SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
-        # As a transport: 2.0's Client takes no StdioServerParameters (2.1 added them, as this same transport).
-        server = stdio_client(target) if isinstance(target, StdioServerParameters) else target
-        async with Client(server, mode=mode) as client:
-            yield ClientHandle(client)
+        async with Client(target, mode=mode) as client:
+            yield ClientHandle(client, ended=ended)
     else:  # pragma: no cover - SDK 1.x leg
         async with _connect_1x(target) as session:
-            yield ClientHandle(session)
+            yield ClientHandle(session, ended=ended)
+
+
+@asynccontextmanager
+async def _watched(transport: Any, ended: anyio.Event) -> AsyncIterator[tuple[Any, Any]]:
+    """``transport``'s streams, its read stream wrapped so that ``ended`` is set when the session's reader leaves it."""
+    async with transport as (read_stream, write_stream):
+        yield _EndTellingStream(read_stream, ended), write_stream
+
+
+class _EndTellingStream:
+    """A read stream that sets ``ended`` when it is closed.
+
+    Both SDK lines read a session's stream in one loop, ``async with stream: async for message in
+    stream``, and leave it, closing it, once the transport has closed its end: for stdio, when the
+    process's stdout reaches end of file. The loop iterates the wrapped stream itself (``__aiter__``),
+    so a message costs nothing more.
+    """
+
+    def __init__(self, stream: Any, ended: anyio.Event) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    def __aiter__(self) -> Any:
+        return self._stream.__aiter__()
+
+    async def __aenter__(self) -> _EndTellingStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._ended.set()
+        await self._stream.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # receive, statistics, 2.x's per-message context: the stream's own
+        return getattr(self._stream, name)
 
 
 if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
@@ -538,7 +582,7 @@ if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x li
             return
         # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
         http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
-        transport = stdio_client(target) if isinstance(target, StdioServerParameters) else http_client(target)
+        transport = http_client(target) if isinstance(target, str) else target  # else stdio_client's, watched
         async with transport as streams, ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
             yield session

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,25 @@ async def test_after_a_restart_the_gate_and_find_tool_see_the_current_tools(stat
         single = (await call(router.server, "invoke_read_tool", {"name": "flip"})).structured
         assert single == {"error": NOT_READ_ONLY, "tool": "flip", "status": "blocked"}
         assert await found(router) == {"whoami": "read", "flip": "destructive", "fresh": "read"}
+
+
+async def test_a_backend_killed_while_idle_is_reopened_before_the_next_call(
+    state: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state.write_text("v1")
+    router = shifting_router(state)
+    async with router.connected():
+        first_pid = (await call(router.server, "invoke_read_tool", {"name": "whoami"})).structured["pid"]
+        first = router.remotes["shifting"].client
+        with caplog.at_level(logging.WARNING, logger=BACKENDS_LOG):
+            os.kill(first_pid, signal.SIGKILL)
+            # no call in between: before, the dead session was kept until a call failed on it ("went away")
+            with anyio.fail_after(30):
+                while router.remotes["shifting"].client in (first, None):
+                    await anyio.sleep(0.1)
+        assert any("closed its session; reopening it" in record.getMessage() for record in caplog.records)
+        answer = (await call(router.server, "invoke_read_tool", {"name": "whoami"})).structured
+        assert answer["pid"] not in (None, first_pid), answer
 
 
 async def test_a_backend_down_at_start_up_joins_when_it_comes_up(state: Path) -> None:

@@ -126,11 +126,19 @@ class RemoteBackend:
             raise TimeoutError(f"no answer to the MCP handshake within {HANDSHAKE_SECONDS:g}s")
 
     async def _hold(self, client: _compat.ClientHandle) -> None:
-        """Until the session breaks: a failed call finds it lost, or a check finds it silent."""
+        """Until the session breaks: it ends, a failed call finds it lost, or a check finds it silent."""
         async with anyio.create_task_group() as checks:
             checks.start_soon(self._check_when_asked, client)
+            checks.start_soon(self._break_when_ended, client)
             await self._broken.wait()
             checks.cancel_scope.cancel()
+
+    async def _break_when_ended(self, client: _compat.ClientHandle) -> None:
+        # A stdio backend that exits while idle (a crash, an OOM kill) is reopened now, not after
+        # the next call has failed on the dead session.
+        await client.ended.wait()
+        log.warning("backend %r closed its session; reopening it", self.name)
+        self._broken.set()
 
     async def _check_when_asked(self, client: _compat.ClientHandle) -> None:
         while True:
