@@ -175,6 +175,25 @@ async def reopened(router: Router, before: int) -> int:
     return int(answer["pid"])
 
 
+async def test_a_backend_that_ends_every_session_as_it_opens_is_restarted_ever_more_slowly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It answers the handshake, then exits: each end is noticed at once, and a restart every half
+    # second for as long as the router runs (with a warning each time) would be what it got.
+    seen = tmp_path / "seen"
+    router = hostile_router(HOSTILE_SEEN=str(seen), HOSTILE_QUIT_AFTER_LIST="1")
+    with caplog.at_level(logging.DEBUG, logger=backends.__name__):
+        async with router.connected():
+            await anyio.sleep(6)
+            delay = router.remotes["hostile"].retry_delay()
+    starts = seen.read_text().split().count("initialize")
+    # the delays double from 0.5 s: starts at about 0, 0.5, 1.5 and 3.5 s (before: about ten)
+    assert 2 <= starts <= 6, starts
+    assert delay >= 2.0
+    told = [record.levelno for record in caplog.records if "closed its session" in record.getMessage()]
+    assert told[:1] == [logging.WARNING] and set(told[1:]) <= {logging.DEBUG}, told
+
+
 @pytest.mark.parametrize("how", ["sigstop", "freeze"])
 async def test_a_session_that_stops_answering_is_reopened_after_a_call_times_out(
     how: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

@@ -18,6 +18,9 @@ from ..settings import BatchSettings
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
 MAX_RECONNECT_DELAY = 30.0  # the delay doubles while the backend stays down, up to this
+# A session that ends sooner than this after opening (a backend that crashes once it has answered the
+# handshake) counts as a failed open for the delay: such a backend is not restarted twice a second.
+STABLE_SECONDS = 10.0
 # connect, initialize and list the tools within this; generous, as an npx server's first start downloads it
 HANDSHAKE_SECONDS = 120.0
 # After a failed call the router probes the session to tell a failed call from a lost session. The
@@ -80,6 +83,8 @@ class RemoteBackend:
         self._broken = anyio.Event()
         self._check_wanted = anyio.Event()
         self.failures = 0  # opens failed in a row
+        self.short_lived = 0  # sessions in a row that ended within STABLE_SECONDS of opening
+        self._opened_at: float | None = None
 
     async def run(self) -> None:
         while True:
@@ -87,14 +92,25 @@ class RemoteBackend:
                 await self._session()
             except Exception as exc:  # a backend that will not start is reported, the rest serve on
                 self._failed(describe_failure(exc))
+            self._count_short_lived()
             self.client = None
             self._broken, self._check_wanted = anyio.Event(), anyio.Event()
             self.first_attempt.set()
             await anyio.sleep(self.retry_delay())
 
     def retry_delay(self) -> float:
-        """RECONNECT_DELAY after a session that was open, doubling with each failed open up to MAX_RECONNECT_DELAY."""
-        return min(RECONNECT_DELAY * 2.0 ** max(0, self.failures - 1), MAX_RECONNECT_DELAY)
+        """RECONNECT_DELAY after a session that was open, doubling with each failed open up to MAX_RECONNECT_DELAY.
+
+        Sessions that each ended soon after opening double it as failed opens do.
+        """
+        tries = max(self.failures, self.short_lived)
+        return min(RECONNECT_DELAY * 2.0 ** max(0, tries - 1), MAX_RECONNECT_DELAY)
+
+    def _count_short_lived(self) -> None:
+        if self._opened_at is not None:
+            lived = anyio.current_time() - self._opened_at
+            self.short_lived = self.short_lived + 1 if lived < STABLE_SECONDS else 0
+            self._opened_at = None
 
     def _failed(self, error: str) -> None:
         # Told once per outage, and again when the reason changes: a backend that stays down is
@@ -120,6 +136,7 @@ class RemoteBackend:
                 if self.failures:
                     log.warning("backend %r is back after %d failed tries", self.name, self.failures)
                 self.client, self.error, self.failures = client, None, 0
+                self._opened_at = anyio.current_time()
                 self.first_attempt.set()
                 await self._hold(client)
         if handshake.cancelled_caught:
@@ -137,7 +154,9 @@ class RemoteBackend:
         # A stdio backend that exits while idle (a crash, an OOM kill) is reopened now, not after
         # the next call has failed on the dead session.
         await client.ended.wait()
-        log.warning("backend %r closed its session; reopening it", self.name)
+        # told once for a backend that keeps ending its sessions as soon as they open
+        level = logging.WARNING if self.short_lived == 0 else logging.DEBUG
+        log.log(level, "backend %r closed its session; reopening it", self.name)
         self._broken.set()
 
     async def _check_when_asked(self, client: _compat.ClientHandle) -> None:

@@ -8,6 +8,7 @@ answer the first ``ping`` or ``tools/list`` after a JSON-RPC error that many sec
 waiting behind it: the router's probe of the session after a failed call. ``silent`` is a tool never
 answered (the rest still is), and does the same to the next probe; ``freeze`` stops the process answering
 anything, for good, as a stuck server does. ``HOSTILE_SEEN`` names a file to append each method received to.
+``HOSTILE_QUIT_AFTER_LIST`` exits once it has answered the tool list: a backend that crashes on every start.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ PAGES = max(1, int(os.environ.get("HOSTILE_PAGES", "1")))
 SLOW_PROBE = float(os.environ.get("HOSTILE_SLOW_PROBE", "0"))
 PROBES = ("ping", "tools/list")
 SEEN = os.environ.get("HOSTILE_SEEN")
+QUIT_AFTER_LIST = bool(os.environ.get("HOSTILE_QUIT_AFTER_LIST"))
 
 
 def send(message: dict[str, Any]) -> None:
@@ -153,6 +155,8 @@ def main() -> None:
             send({"id": request_id, "result": result})
         elif method == "tools/list":
             send({"id": request_id, "result": list_page(message.get("params"))})
+            if QUIT_AFTER_LIST:
+                return
         elif method == "tools/call" and message["params"]["name"] in ASKS:
             ask_method, ask_params = ASKS[message["params"]["name"]]
             asked[f"ask-{request_id}"] = request_id
