@@ -115,6 +115,25 @@ def test_a_signal_stops_a_stdio_router_and_every_backend(tmp_path: Path, signum:
     assert "Traceback" not in err
 
 
+@pytest.mark.usefixtures("linux_proc")
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM", "HTTP, SIGTERM"])
+def test_a_stopping_router_lets_each_stdio_backend_exit_on_its_own(tmp_path: Path, how: str) -> None:
+    config = write_config(tmp_path, 2)
+    options = ["--transport", "http", "--port", str(free_port())] if how.startswith("HTTP") else []
+    process = start(config, *options, "--log-level", "warning")
+    pids = backend_pids(tmp_path, 2, process)
+    if how == "stdin closed":
+        process.stdin.close()  # type: ignore[union-attr]
+        code, err = process.wait(timeout=20), (tmp_path / "stderr").read_text()
+    else:
+        code, err = stop(process, signal.SIGTERM, tmp_path)
+    assert wait_gone(pids, 10) == [], err
+    # before, on SDK 1.x: the router's sessions ended by a cancel, and the SDK then killed each
+    # backend at once, before it could see its stdin close and finish its own way
+    assert sorted(path.name for path in tmp_path.glob("*.bye")) == ["b0.bye", "b1.bye"], err
+    assert code == 0, err
+
+
 def uvicorns_lifespan_cancelled(err: str) -> bool:
     """Whether the only traceback is the one uvicorn 0.31 (the lowest allowed) now and then logs at
     shutdown, when its lifespan task is still waiting as the loop closes: none of the router's frames."""

@@ -21,6 +21,9 @@ MAX_RECONNECT_DELAY = 30.0  # the delay doubles while the backend stays down, up
 # A session that ends sooner than this after opening (a backend that crashes once it has answered the
 # handshake) counts as a failed open for the delay: such a backend is not restarted twice a second.
 STABLE_SECONDS = 10.0
+# How long a stdio backend's session may take to end as a client ends one when the router stops: the
+# SDK closes the server's stdin, waits 2 s for it to exit, then SIGTERM and 2 s more before SIGKILL.
+CLOSE_SECONDS = 10.0
 # connect, initialize and list the tools within this; generous, as an npx server's first start downloads it
 HANDSHAKE_SECONDS = 120.0
 # After a failed call the router probes the session to tell a failed call from a lost session. The
@@ -85,18 +88,34 @@ class RemoteBackend:
         self.failures = 0  # opens failed in a row
         self.short_lived = 0  # sessions in a row that ended within STABLE_SECONDS of opening
         self._opened_at: float | None = None
+        self._closing = anyio.Event()
+        self.stopped = anyio.Event()  # ``run`` has returned: no session is open, nor will one be
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._session()
-            except Exception as exc:  # a backend that will not start is reported, the rest serve on
-                self._failed(describe_failure(exc))
-            self._count_short_lived()
-            self.client = None
-            self._broken, self._check_wanted = anyio.Event(), anyio.Event()
-            self.first_attempt.set()
-            await anyio.sleep(self.retry_delay())
+        try:
+            while not self._closing.is_set():
+                try:
+                    await self._session()
+                except Exception as exc:  # a backend that will not start is reported, the rest serve on
+                    self._failed(describe_failure(exc))
+                self._count_short_lived()
+                self.client = None
+                self._broken, self._check_wanted = anyio.Event(), anyio.Event()
+                self.first_attempt.set()
+                with anyio.move_on_after(self.retry_delay()):
+                    await self._closing.wait()
+        finally:
+            self.stopped.set()
+
+    def close(self) -> None:
+        """End the session as a client ends one, and open no other: ``run`` returns once it has ended.
+
+        Cancelling ``run`` ends it too, but SDK 1.x then kills a stdio server at once; a session
+        ended this way closes the server's stdin first, so a server that exits on it exits on its
+        own, its buffers flushed, as on SDK 2.x.
+        """
+        self._closing.set()
+        self._broken.set()
 
     def retry_delay(self) -> float:
         """RECONNECT_DELAY after a session that was open, doubling with each failed open up to MAX_RECONNECT_DELAY.

@@ -18,7 +18,7 @@ from ..host import HostHooks
 from ..models import CallContext, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
-from .backends import RemoteBackend, is_remote
+from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
@@ -120,7 +120,18 @@ class Router:
                 yield self
             finally:
                 self._connected -= 1
+                await self._close_stdio_sessions()
                 tasks.cancel_scope.cancel()
+
+    async def _close_stdio_sessions(self) -> None:
+        """Let each stdio backend's session end as a client ends one, within CLOSE_SECONDS (even when
+        the router is being cancelled); what is left then, HTTP sessions included, is cancelled."""
+        stdio = [remote for remote in self.remotes.values() if isinstance(remote.spec, StdioBackend)]
+        for remote in stdio:
+            remote.close()
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + CLOSE_SECONDS):
+            for remote in stdio:
+                await remote.stopped.wait()
 
     async def _first_attempts(self, abandon: anyio.Event | None) -> None:
         with anyio.move_on_after(FIRST_CONNECT_SECONDS):

@@ -5,7 +5,7 @@ environment. It writes ``NAME.pid`` there: its own pid and, with ``LINGER_CHILD=
 child it starts (a ``sleep`` that knows nothing of MCP). ``LINGER_IGNORE_TERM=1`` ignores SIGTERM;
 ``LINGER_STAY=1`` keeps running after the router closes its stdin; ``LINGER_START_SECONDS`` waits that
 long after writing the pids before it answers (a slow start, as an npx server's first run). ``slow(seconds)``
-is a read; each call adds a line to ``NAME.calls`` as it begins.
+is a read; each call adds a line to ``NAME.calls`` as it begins. Once its stdin closes it writes ``NAME.bye``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def main(name: str) -> None:
     path.with_suffix(".tmp").rename(path)  # whole, or not there
     time.sleep(float(os.environ.get("LINGER_START_SECONDS", "0")))
     anyio.run(_compat.run_stdio, lingering_server(name))
+    Path(os.environ["LINGER_DIR"], f"{name}.bye").write_text("stdin closed")  # a server's last words, as it exits
     while os.environ.get("LINGER_STAY") == "1":  # stdin closed: a well-behaved server would exit now
         time.sleep(1)
 
