@@ -518,7 +518,7 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
         async with _connect(transport, ended) as client:
             yield client
     finally:
-        with anyio.CancelScope(shield=True):  # the router's sessions end by being cancelled
+        with anyio.CancelScope(shield=True):  # a session may still end by a cancel (past the router's close window)
             await processes.stop()
 
 

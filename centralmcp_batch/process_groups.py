@@ -1,8 +1,8 @@
 """What a stdio backend started, stopped once its session ends: its processes do not outlive it.
 
 The MCP SDK starts each stdio server in a process group of its own, but signals the group only
-when the server itself outlives the SDK's grace period; SDK 1.x, when the session is cancelled
-(as the router's always are), kills the server alone. Either way a server that exits, or is
+when the server itself outlives the SDK's grace period; SDK 1.x, when the session is cancelled,
+kills the server alone. Either way a server that exits, or is
 killed, leaves the processes it started running: an npx wrapper's node, a helper, a ``sleep`` in
 a shell script.
 

@@ -103,7 +103,7 @@ async def serve_stdio(router: Any) -> int | None:
     stopped: list[int] = []
     async with anyio.create_task_group() as tasks:
         # watching before the backends start: a signal during start-up stops them too
-        await tasks.start(_watch_signals, lambda signum: _note_stop(stopped, stop, signum))
+        await tasks.start(watch_signals, lambda signum: _note_stop(stopped, stop, signum), *STOP_SIGNALS)
         async with router.connected(abandon=stop):
             if not stop.is_set():
                 tasks.start_soon(_serve_until_eof, router.server, stop)
@@ -142,14 +142,17 @@ def _exit_now() -> NoReturn:
     os._exit(0)
 
 
-async def _watch_signals(
-    stop: Callable[[int], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+async def watch_signals(
+    on_signal: Callable[[int], None],
+    *signals: signal.Signals,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    """Call ``on_signal`` with each of ``signals`` that arrives, in place of Python's own handling of them."""
+    with anyio.open_signal_receiver(*signals) as received:
         task_status.started()
-        async for signum in signals:
+        async for signum in received:
             log.info("stopping on %s", signal.Signals(signum).name)
-            stop(signum)
+            on_signal(signum)
 
 
 async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> int | None:
@@ -171,7 +174,7 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     stop = anyio.Event()
     async with anyio.create_task_group() as tasks:
         # watching before the backends start: a signal during start-up stops them too
-        await tasks.start(_watch_signals, lambda signum: _stop_uvicorn(server, stopped, stop, signum))
+        await tasks.start(watch_signals, lambda signum: _stop_uvicorn(server, stopped, stop, signum), *STOP_SIGNALS)
         async with router.connected(abandon=stop):  # one session per remote backend for all HTTP clients
             if not stop.is_set():
                 await server.serve()

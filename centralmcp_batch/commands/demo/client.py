@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
 
 from ... import _compat
 from ...errors import sole_cause
+from ...router.serve import watch_signals
 from .. import CommandFailed
 from .render import ProgressLine, summary, table
 from .script import DemoCall, batch_problems, demo_calls, same_data
@@ -55,20 +55,15 @@ async def _run_demo_in_time(say: Say, interrupted: list[bool]) -> list[str]:
     problems: list[str] = []
     with anyio.fail_after(TIMEOUT_SECONDS):
         async with anyio.create_task_group() as tasks:
-            await tasks.start(_cancel_on_sigint, tasks.cancel_scope, interrupted)
+
+            def interrupt(signum: int) -> None:
+                interrupted.append(True)
+                tasks.cancel_scope.cancel()
+
+            await tasks.start(watch_signals, interrupt, signal.SIGINT)
             problems = await run_demo(say)
             tasks.cancel_scope.cancel()
     return problems
-
-
-async def _cancel_on_sigint(
-    scope: anyio.CancelScope, interrupted: list[bool], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            interrupted.append(True)
-            scope.cancel()
 
 
 def _describe(exc: BaseException) -> str:
