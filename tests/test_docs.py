@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -109,12 +110,30 @@ def test_the_hook_table_refuses_a_hook_plugin_toml_does_not_place() -> None:
         generator.hooks_table(manifest)
 
 
-def test_every_page_is_in_the_nav_and_every_nav_page_but_one_awaited_exists() -> None:
+def test_every_page_is_in_the_nav_and_every_nav_page_exists() -> None:
     nav = re.findall(r":\s*([\w/-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     on_disk = set(pages())
     assert on_disk - set(nav) == set(), "a page nobody can reach"
-    # docs/deployment.md is written on another branch; mkdocs.yml says so next to its validation block.
-    assert set(nav) - on_disk <= {"deployment.md"}
+    assert set(nav) - on_disk == set(), "a nav entry with no page"
+
+
+def test_every_test_count_a_page_states_is_what_pytest_collects() -> None:
+    """A page's "(`tests/test_x.py`, N tests" is held to pytest's own count: those drifted as tests came."""
+    stated: dict[str, int] = {}
+    for text in pages().values():
+        for path, count in re.findall(r"`(tests/test_\w+\.py)`, (\d+) tests", text):
+            stated[path] = int(count)
+    assert len(stated) >= 3  # the search found the reliability page's counts, not nothing
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *sorted(stated)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    counts = Counter(line.split("::", 1)[0] for line in collected.stdout.splitlines() if "::" in line)
+    assert dict(counts) == stated
 
 
 def test_the_site_builds_strictly_and_shows_every_hook_and_variable(tmp_path: Path) -> None:
