@@ -142,11 +142,29 @@ class _Spy:
 
 @pytest.mark.anyio
 class HostConformance:
-    """The contract a host's hooks must keep. Subclass and provide the fixtures below."""
+    """The contract a host's hooks must keep. Subclass and provide the fixtures below.
+
+    Set ``read_tool``, ``write_tool`` and ``read_arguments``, and give a ``host_plugins`` fixture.
+    What only your host knows, the kit asks for, and skips the check that needs it without:
+    ``tokens_drawn(host_plugins)`` (how many tokens your own limiter has handed out) and
+    ``next_cursor(result)`` (where your bounded answers carry their cursor, when not in a
+    top-level ``next_cursor``).
+    """
 
     read_tool: str = ""
     write_tool: str = ""
     read_arguments: Mapping[str, Any] = {}
+
+    def tokens_drawn(self, host_plugins: list[object]) -> int | None:
+        """How many tokens your host's own rate limiter has handed out so far, or None.
+
+        The kit reads it around a batch of three reads and three refusals and expects three more:
+        its spy counts calls of ``centralmcp_acquire_rate_token``, which cannot tell a hook that
+        returns without drawing, or a dispatch that draws again, from one token per read. Override
+        it to read your limiter's count (``host_plugins`` is what your fixture gave); with None,
+        the default, that check is skipped.
+        """
+        return None
 
     def next_cursor(self, result: Any) -> str | None:
         """The continuation cursor in one of your host's bounded answers, or None.
@@ -186,19 +204,43 @@ class HostConformance:
         assert item["status"] == "blocked", f"the write tool {self.write_tool!r} was not blocked: {item}"
         assert spy.dispatches == [] and spy.tokens == 0, "a blocked call drew a token or reached dispatch"
 
-    async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
-        server, spy = conformance
+    def reads_and_refusals(self) -> list[dict[str, Any]]:
+        """Three reads of ``read_tool``, then a blocked, an unknown and an invalid entry."""
         calls: list[dict[str, Any]] = [
             {"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)
         ]
-        calls += [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
-        response = await self.batch(server, calls)
+        return calls + [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
+
+    async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
+        server, spy = conformance
+        response = await self.batch(server, self.reads_and_refusals())
         statuses = [item["status"] for item in response["results"]]
         assert statuses[3:] == ["blocked", "unknown_tool", "invalid_call"], (
             f"expected the write tool blocked, an unknown name unknown_tool, a bad entry invalid_call: {response}"
         )
         assert spy.tokens == len(spy.dispatches) == 3, (
-            f"3 reads drew {spy.tokens} tokens and made {len(spy.dispatches)} dispatches; expected 3 and 3"
+            f"3 reads called centralmcp_acquire_rate_token {spy.tokens} times and made {len(spy.dispatches)} "
+            "dispatches; expected 3 and 3"
+        )
+
+    async def test_each_read_draws_one_token_from_the_hosts_limiter(
+        self, conformance: tuple[Any, _Spy], host_plugins: list[object]
+    ) -> None:
+        server, _ = conformance
+        before = self.tokens_drawn(host_plugins)
+        if before is None:
+            pytest.skip("tokens_drawn(host_plugins) answers None: the kit cannot count your limiter's tokens")
+        await self.batch(server, self.reads_and_refusals())
+        drawn = (self.tokens_drawn(host_plugins) or 0) - before
+        fix = (
+            "centralmcp_acquire_rate_token must draw one (await the limiter your single reads use)"
+            if drawn < 3
+            else "draw only in centralmcp_acquire_rate_token, not again in dispatch or another hook, "
+            "or each entry costs the account more than a single read"
+        )
+        assert drawn == 3, (
+            f"3 reads of {self.read_tool!r} and 3 refused entries drew {drawn} tokens from your limiter "
+            f"(tokens_drawn); expected 3, one per read: {fix}"
         )
 
     async def test_cursor_refusals(self, conformance: tuple[Any, _Spy]) -> None:

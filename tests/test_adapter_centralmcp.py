@@ -486,6 +486,12 @@ class TestCentralMCPRouterConforms(HostConformance):
         router.set_dispatch_rate_gate(Tokens())
         return centralmcp.host_plugins(router)
 
+    def tokens_drawn(self, host_plugins: list[object]) -> int:
+        # The router's own dispatch draws from this gate too: the adapter must not dispatch through it.
+        hooks = host_plugins[0]
+        assert isinstance(hooks, centralmcp.CentralMCPHooks)
+        return int(hooks.router._dispatch_rate_gate.count)
+
 
 async def test_the_documented_differences_from_the_routers_own_batch(adopted: ModuleType) -> None:
     blank = await batch(

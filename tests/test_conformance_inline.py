@@ -2,8 +2,10 @@
 
 import pytest
 
-from centralmcp_batch.router import demo
-from centralmcp_batch.testing import HostConformance, sample_host
+from centralmcp_batch.ratelimit import RateLimitPlugin
+from centralmcp_batch.router import Router, demo
+from centralmcp_batch.router.limiter import TokenBucket
+from centralmcp_batch.testing import HostConformance, InlineHost, sample_host
 
 
 class TestSampleHostConforms(HostConformance):
@@ -15,6 +17,23 @@ class TestSampleHostConforms(HostConformance):
     def host_plugins(self) -> list[object]:
         return [sample_host()]
 
+    def tokens_drawn(self, host_plugins: list[object]) -> int:
+        (host,) = host_plugins
+        assert isinstance(host, InlineHost)
+        return len(host.tokens)  # it records each token its hook draws
+
+
+class CountingBucket(TokenBucket):
+    """The router's limiter, at a rate the kit never waits for, counting the tokens it hands out."""
+
+    def __init__(self) -> None:
+        super().__init__(rate=1000, burst=1000)
+        self.drawn = 0
+
+    async def acquire(self) -> None:
+        self.drawn += 1
+        await super().acquire()
+
 
 class TestReferenceRouterConforms(HostConformance):
     # list_clients answers ~27 kB unbounded, so the kit's max_bytes check has something to bound.
@@ -25,8 +44,12 @@ class TestReferenceRouterConforms(HostConformance):
     @pytest.fixture
     def host_plugins(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:
         monkeypatch.setenv(demo.LATENCY_ENV, "0")
-        monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
-        plugins = demo.demo_router().plugin_manager
+        plugins = Router(demo.demo_backends(), name="centralmcp-demo", limiter=CountingBucket()).plugin_manager
         # The router's own hooks and limiter: what it registered, not what entry points brought.
         brought = {id(plugin) for plugin, _dist in plugins.list_plugin_distinfo()}
         return [plugin for plugin in plugins.get_plugins() if id(plugin) not in brought]
+
+    def tokens_drawn(self, host_plugins: list[object]) -> int:
+        (limiter,) = [plugin.limiter for plugin in host_plugins if isinstance(plugin, RateLimitPlugin)]
+        assert isinstance(limiter, CountingBucket)
+        return limiter.drawn

@@ -121,6 +121,21 @@ class CursorIgnoresTool(PagedHost):
         return offset
 
 
+class TokenHookDrawsNothing(PagedHost):
+    @hookimpl
+    async def centralmcp_acquire_rate_token(self, tool):
+        pass  # looks the limiter up, never draws from it
+
+
+class DispatchDrawsAgain(PagedHost):
+    """Dispatches through its single-read path, which draws a token of its own."""
+
+    @hookimpl
+    async def centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes, context):
+        self.tokens.append(tool.name)
+        return await super().centralmcp_dispatch_read(tool, arguments, resume, max_bytes, context)
+
+
 class MixedSyncAndAsync(PagedHost):
     """Correct: every hook's flavour swapped, which the contract allows."""
 
@@ -140,6 +155,9 @@ class MixedSyncAndAsync(PagedHost):
 def kit_for(host_class):
     class Kit(HostConformance):
         read_tool, write_tool, read_arguments = "pages", "delete_everything", {"q": "x"}
+
+        def tokens_drawn(self, host_plugins):
+            return len(host_plugins[0].tokens)
 
         @pytest.fixture
         def host_plugins(self):
@@ -185,6 +203,16 @@ CAUGHT = {
     "CursorIgnoresTool": (
         "test_cursor_is_refused_for_another_tool",
         "accepted 'pages''s cursor for 'delete_everything': bind it to its tool",
+    ),
+    "TokenHookDrawsNothing": (
+        "test_each_read_draws_one_token_from_the_hosts_limiter",
+        "drew 0 tokens from your limiter (tokens_drawn); expected 3, one per read: "
+        "centralmcp_acquire_rate_token must draw one",
+    ),
+    "DispatchDrawsAgain": (
+        "test_each_read_draws_one_token_from_the_hosts_limiter",
+        "drew 6 tokens from your limiter (tokens_drawn); expected 3, one per read: "
+        "draw only in centralmcp_acquire_rate_token",
     ),
 }
 
