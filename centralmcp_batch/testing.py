@@ -146,14 +146,17 @@ class HostConformance:
 
     Set ``read_tool``, ``write_tool`` and ``read_arguments``, and give a ``host_plugins`` fixture.
     What only your host knows, the kit asks for, and skips the check that needs it without:
-    ``tokens_drawn(host_plugins)`` (how many tokens your own limiter has handed out) and
-    ``next_cursor(result)`` (where your bounded answers carry their cursor, when not in a
-    top-level ``next_cursor``).
+    ``read_server`` (the backend that serves ``read_tool``), ``tokens_drawn(host_plugins)`` (how
+    many tokens your own limiter has handed out) and ``next_cursor(result)`` (where your bounded
+    answers carry their cursor, when not in a top-level ``next_cursor``).
     """
 
     read_tool: str = ""
     write_tool: str = ""
     read_arguments: Mapping[str, Any] = {}
+    #: The backend that serves ``read_tool``, as your clients know it; None skips the check that
+    #: ``centralmcp_find_tool`` names it.
+    read_server: str | None = None
 
     def tokens_drawn(self, host_plugins: list[object]) -> int | None:
         """How many tokens your host's own rate limiter has handed out so far, or None.
@@ -285,6 +288,16 @@ class HostConformance:
                 f"centralmcp_find_tool({name!r}) answered a ToolRef named {tool.name!r}: "
                 "its name must be the name asked for, the one dispatch and the client see"
             )
+
+    async def test_find_tool_names_the_server_that_serves_the_tool(self, host_hooks: Any) -> None:
+        if self.read_server is None:
+            pytest.skip("read_server is not set: the kit does not know which backend serves the read tool")
+        server = (await self.found(host_hooks, self.read_tool)).server
+        assert server == self.read_server, (
+            f"centralmcp_find_tool({self.read_tool!r}) answered server {server!r}, but {self.read_tool!r} is served "
+            f"by {self.read_server!r} (read_server): name the backend that serves the tool; the batch's items, "
+            "the per-server concurrency cap and the metrics go by it, and a dispatch by name never shows it wrong"
+        )
 
     async def test_find_tool_answers_none_for_an_unknown_name(self, host_hooks: Any) -> None:
         try:

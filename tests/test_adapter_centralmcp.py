@@ -478,6 +478,7 @@ class TestCentralMCPRouterConforms(HostConformance):
     read_tool = "list_devices"
     write_tool = "reboot_device"
     read_arguments = {"site_id": "hq"}
+    read_server = "aruba-monitoring"
 
     @pytest.fixture
     def host_plugins(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:

@@ -12,6 +12,7 @@ class TestSampleHostConforms(HostConformance):
     read_tool = "echo"
     write_tool = "delete_everything"
     read_arguments = {"q": "x"}
+    read_server = "inline"
 
     @pytest.fixture
     def host_plugins(self) -> list[object]:
@@ -40,6 +41,7 @@ class TestReferenceRouterConforms(HostConformance):
     read_tool = "list_clients"
     write_tool = "delete_site"
     read_arguments: dict[str, str] = {}
+    read_server = "inventory"
 
     @pytest.fixture
     def host_plugins(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:

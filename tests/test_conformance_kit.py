@@ -136,6 +136,15 @@ class DispatchDrawsAgain(PagedHost):
         return await super().centralmcp_dispatch_read(tool, arguments, resume, max_bytes, context)
 
 
+class FindNamesTheRouter(PagedHost):
+    """Dispatches by name alone, so every read succeeds; its ToolRefs name the router, not the backend."""
+
+    @hookimpl
+    def centralmcp_find_tool(self, name):
+        tool = self.refs.get(name)
+        return None if tool is None else type(tool)(name, "router", tool.annotations)
+
+
 class MixedSyncAndAsync(PagedHost):
     """Correct: every hook's flavour swapped, which the contract allows."""
 
@@ -155,6 +164,7 @@ class MixedSyncAndAsync(PagedHost):
 def kit_for(host_class):
     class Kit(HostConformance):
         read_tool, write_tool, read_arguments = "pages", "delete_everything", {"q": "x"}
+        read_server = "inline"
 
         def tokens_drawn(self, host_plugins):
             return len(host_plugins[0].tokens)
@@ -213,6 +223,10 @@ CAUGHT = {
         "test_each_read_draws_one_token_from_the_hosts_limiter",
         "drew 6 tokens from your limiter (tokens_drawn); expected 3, one per read: "
         "draw only in centralmcp_acquire_rate_token",
+    ),
+    "FindNamesTheRouter": (
+        "test_find_tool_names_the_server_that_serves_the_tool",
+        "centralmcp_find_tool('pages') answered server 'router', but 'pages' is served by 'inline' (read_server)",
     ),
 }
 
