@@ -518,6 +518,26 @@ async def test_a_raising_reader_fails_only_its_entry() -> None:
     assert response["results"][0]["error"] == "RuntimeError: reader broke"
 
 
+@on_each_backend
+async def test_an_error_a_task_group_wraps_alone_is_told_as_itself() -> None:
+    """A dispatch that runs its backend call in a task group lets out a group of one."""
+
+    async def fail(text: str) -> None:
+        raise ConnectionError(text)
+
+    async def grouped(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(fail, f"{call.name}: backend refused the connection")
+            if call.name == "two":
+                tasks.start_soon(fail, "and again")
+        return Outcome("ok", TOOL, result=1)
+
+    response = await run([{"name": "one"}, {"name": "two"}], grouped)
+    one, two = (item["error"] for item in response["results"])
+    assert one == "ConnectionError: one: backend refused the connection"
+    assert two.endswith("(2 sub-exceptions)")  # a group of several says so, as it is
+
+
 class Tracker:
     def __init__(self) -> None:
         self.running = 0
