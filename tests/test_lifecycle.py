@@ -1,4 +1,4 @@
-"""Nothing left running: ``serve`` stopped by a signal stops its stdio backends and exits.
+"""Nothing left running: ``serve`` stopped by a signal, or by its client's exit, stops its stdio backends and exits.
 
 Real processes throughout: a ``centralmcp-batch serve`` subprocess over stdio backends
 (``tests/backends/lingering.py``) that write their pids to a directory and, with ``LINGER_STAY``,
@@ -8,6 +8,7 @@ do not exit when the router closes their stdin, so only a router that stops them
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -424,3 +425,83 @@ async def test_what_is_left_in_the_routers_own_process_group_is_stopped_by_itsel
         for helper in (apart, beside):
             helper.kill()
             helper.wait()
+
+
+# An MCP client that starts the router, opens the session, and starts a helper that inherits the
+# write end of the router's stdin (as a helper forked without close-on-exec does): once the client
+# dies, the pipe stays open and the router's stdin never ends.
+CLIENT = """
+import json, subprocess, sys, time
+router = subprocess.Popen(
+    [sys.executable, "-m", "centralmcp_batch", "serve", "--config", sys.argv[1], "--log-level", "info"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+)
+def send(message):
+    router.stdin.write(message.encode() + b"\\n")
+    router.stdin.flush()
+send(sys.argv[2])  # initialize
+json.loads(router.stdout.readline())  # its answer
+send(sys.argv[3])  # initialized
+helper = subprocess.Popen(["sleep", "300"], pass_fds=[router.stdin.fileno()])
+print(json.dumps({"router": router.pid, "helper": helper.pid}), flush=True)
+time.sleep(300)
+"""
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[None]:
+    """While inside, this process adopts the orphans among its descendants (Linux), so it can wait for them."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    assert prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, ctypes.get_errno()
+    try:
+        yield
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def wait_exit(pid: int, seconds: float) -> int | None:
+    """The exit status of a child (adopted or not), or None if it still runs after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    return None
+
+
+def kill_and_reap(pids: list[int]) -> None:
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # not ours: its own parent reaps it
+            os.waitpid(pid, 0)
+
+
+@pytest.mark.usefixtures("linux_proc")
+def test_a_stdio_router_stops_when_its_client_dies_though_its_stdin_stays_open(tmp_path: Path) -> None:
+    config = write_config(tmp_path, 1)
+    handshake = [rpc_line(0, "initialize", INITIALIZE), rpc_line(None, "notifications/initialized", {})]
+    command = [sys.executable, "-c", CLIENT, str(config), *map(json.dumps, handshake)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    # the router is adopted here once its client dies, so its exit status can be read (as a
+    # subreaper such as systemd --user adopts it: its new parent is not init)
+    with adopting_orphans(), (tmp_path / "stderr").open("wb") as err:
+        client = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=err)
+        started = json.loads(client.stdout.readline())  # type: ignore[union-attr]
+        client.stdout.close()  # type: ignore[union-attr]
+        backends = backend_pids(tmp_path, 1, client)
+        client.kill()
+        client.wait()
+        try:
+            code = wait_exit(started["router"], 20)
+            left = wait_gone(backends, 10)
+        finally:
+            kill_and_reap([started["router"], started["helper"], *backends])
+    err_text = (tmp_path / "stderr").read_text()
+    # before: the router and its backend ran on for good, its stdin open and its client gone
+    assert code == 0, err_text
+    assert left == [], err_text
+    assert (tmp_path / "b0.bye").exists(), err_text  # its session ended as a client ends one: stdin closed
+    assert "has exited" in err_text, err_text

@@ -92,7 +92,7 @@ def serve(
 
 
 async def serve_stdio(router: Any) -> int | None:
-    """Serve on stdio until stdin closes or a stop signal arrives.
+    """Serve on stdio until stdin closes, the client that started the router exits, or a stop signal arrives.
 
     Python's default SIGTERM kills the process at once, before the backends are stopped, so a
     backend that does not exit when its stdin closes would outlive the router; a signal here
@@ -100,27 +100,24 @@ async def serve_stdio(router: Any) -> int | None:
     so they close even though the server itself cannot finish (see ``_exit_now``).
     """
     stop = anyio.Event()
-    stopped: list[int] = []
+    stdin_closed = anyio.Event()
     async with anyio.create_task_group() as tasks:
-        # watching before the backends start: a signal during start-up stops them too
-        await tasks.start(watch_signals, lambda signum: _note_stop(stopped, stop, signum), *STOP_SIGNALS)
+        # watching before the backends start: a signal, or the client's exit, during start-up stops them too
+        await tasks.start(watch_signals, lambda signum: stop.set(), *STOP_SIGNALS)
+        tasks.start_soon(watch_parent, stop.set)
         async with router.connected(abandon=stop):
             if not stop.is_set():
-                tasks.start_soon(_serve_until_eof, router.server, stop)
+                tasks.start_soon(_serve_until_eof, router.server, stdin_closed, stop)
             await stop.wait()  # not cancelled yet: a cancel here would leave this block before the exit below
-        if stopped:
-            _exit_now()
-        tasks.cancel_scope.cancel()  # the client closed stdin: stop watching for signals
+        if not stdin_closed.is_set():
+            _exit_now()  # the server's stdin reader is still blocked in its read
+        tasks.cancel_scope.cancel()  # the client closed stdin: stop watching
     return None
 
 
-def _note_stop(stopped: list[int], stop: anyio.Event, signum: int) -> None:
-    stopped.append(signum)
-    stop.set()
-
-
-async def _serve_until_eof(server: Any, stop: anyio.Event) -> None:
+async def _serve_until_eof(server: Any, stdin_closed: anyio.Event, stop: anyio.Event) -> None:
     await _compat.run_stdio(server)
+    stdin_closed.set()
     stop.set()
 
 
@@ -153,6 +150,28 @@ async def watch_signals(
         async for signum in received:
             log.info("stopping on %s", signal.Signals(signum).name)
             on_signal(signum)
+
+
+# Once a second: an orphaned router stops within about a second, for one getppid call per second.
+PARENT_CHECK_SECONDS = 1.0
+
+
+async def watch_parent(on_gone: Callable[[], None], every: float = PARENT_CHECK_SECONDS) -> None:
+    """Call ``on_gone`` once the process that started this one has exited.
+
+    A stdio client's end is the pipe's closing, except when the client dies (a crash, SIGKILL) while
+    another process still holds the write end of the router's stdin (a helper that inherited it): no
+    end of file ever comes, and the parent's exit is the only sign left. POSIX gives an orphan a new
+    parent (init, launchd, or a subreaper such as ``systemd --user``), so any change of the parent's
+    pid is the sign, not a change to 1. Windows keeps reporting the dead parent's pid: nothing to watch.
+    """
+    if sys.platform == "win32":
+        return
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await anyio.sleep(every)
+    log.info("stopping: the client that started the router (pid %d) has exited", parent)
+    on_gone()
 
 
 async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> int | None:
