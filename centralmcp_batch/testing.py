@@ -1,7 +1,7 @@
 """pytest plugin (``pytest11``): fixtures for host authors and a host conformance kit.
 
-Fixtures: ``centralmcp_host`` (a small in-process host with read, write and slow tools that
-records what reaches it), ``centralmcp_server`` (an MCP server with that host installed through
+Fixtures: ``centralmcp_host`` (a small in-process host with read, write, slow and paged tools
+that records what reaches it), ``centralmcp_server`` (an MCP server with that host installed through
 ``hosting.install`` and entry-point discovery), ``centralmcp_call`` (call a tool on a server
 over a real in-memory MCP client session).
 
@@ -25,6 +25,9 @@ from .errors import InvalidCursor
 from .hookspecs import hookimpl
 from .host import await_me_maybe
 from .models import CallContext, ToolRef
+from .router.bounding import Bounds, bound
+from .router.core import CURSOR_TTL, MAX_ITEMS
+from .router.cursors import CursorSigner
 
 READ = {"readOnlyHint": True}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
@@ -32,16 +35,22 @@ WRITE = {"readOnlyHint": False, "destructiveHint": True}
 
 @dataclass
 class InlineHost:
-    """A host whose backends are plain functions; it records every token and dispatch.
+    """A small, complete host whose backends are plain functions; it records every token and dispatch.
 
-    A test double for the plugin's side of the contract, not a model host: its cursors are bound to
-    the tool but not to the arguments, and its answers are not bounded to ``max_bytes``.
+    A handler is called with the entry's arguments and answers in full, as a backend does; the host
+    bounds that answer to ``max_bytes`` the reference router's way: an answer that fits is passed as
+    it is, one that does not has its longest top-level list paged, with a ``next_cursor`` that resumes
+    the page after (an answer with no list to page becomes a bounded ``preview``). Its cursors are
+    signed and bound to the tool and the arguments they were issued for; a test that needs one asks
+    ``cursors.issue(tool, arguments, offset)``.
     """
 
     handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     refs: dict[str, ToolRef] = field(default_factory=dict)
     tokens: list[str] = field(default_factory=list)
     dispatched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # A random key per host: only this host's own cursors verify.
+    cursors: CursorSigner = field(default_factory=lambda: CursorSigner(None, int(CURSOR_TTL.default)), repr=False)
 
     def add(
         self,
@@ -63,12 +72,8 @@ class InlineHost:
         return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
 
     @hookimpl
-    def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> Any:
-        expected = f"{tool.name}:page:"
-        page = cursor[len(expected) :]
-        if not cursor.startswith(expected) or not (page.isascii() and page.isdigit()):  # int() refuses "²"
-            raise InvalidCursor("cursor was not issued for this tool")
-        return int(page)
+    def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> int:
+        return self.cursors.verify(tool.name, arguments, cursor)  # the offset of the page it resumes
 
     @hookimpl
     async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
@@ -79,26 +84,32 @@ class InlineHost:
         self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
     ) -> Any:
         self.dispatched.append((tool.name, dict(arguments)))
-        answer = self.handlers[tool.name](resume=resume, **arguments)
-        return await answer if hasattr(answer, "__await__") else answer
+        answer = await await_me_maybe(self.handlers[tool.name](**arguments))
+        plain = budget.as_json(answer)
+        if resume is None and budget.size(plain) <= max_bytes:
+            return answer  # it fits: as the backend answered, with no paging marks
+        bounds = Bounds(int(MAX_ITEMS.default), max_bytes)
+        return bound(plain, bounds, resume or 0, lambda offset: self.cursors.issue(tool.name, arguments, offset))
 
 
 def sample_host() -> InlineHost:
     host = InlineHost()
-    host.add("echo", lambda resume=None, **arguments: {"arguments": arguments, "page": resume})
+    host.add("echo", lambda **arguments: {"arguments": arguments})
 
-    async def slow(seconds: float = 0.05, resume: Any = None) -> dict[str, Any]:
+    async def slow(seconds: float = 0.05) -> dict[str, Any]:
         await anyio.sleep(seconds)
         return {"slept": seconds}
 
     host.add("slow", slow)
-    host.add("delete_everything", lambda resume=None, **arguments: {"deleted": True}, WRITE)
+    # About 2.5 kB in full: larger than the smallest share a batch gives, so it pages.
+    host.add("rows", lambda count=100: {"rows": [{"n": n, "text": f"row {n}"} for n in range(count)]})
+    host.add("delete_everything", lambda **arguments: {"deleted": True}, WRITE)
     return host
 
 
 @pytest.fixture
 def centralmcp_host() -> InlineHost:
-    """A fresh :class:`InlineHost` with ``echo``, ``slow`` (read) and ``delete_everything`` (write)."""
+    """A fresh :class:`InlineHost` with ``echo``, ``slow``, ``rows`` (read) and ``delete_everything`` (write)."""
     return sample_host()
 
 

@@ -9,9 +9,10 @@ from centralmcp_batch.testing import HostConformance, InlineHost, sample_host
 
 
 class TestSampleHostConforms(HostConformance):
-    read_tool = "echo"
+    # rows answers ~2.5 kB in full, so the max_bytes check has something to bound and the pages carry cursors.
+    read_tool = "rows"
     write_tool = "delete_everything"
-    read_arguments = {"q": "x"}
+    read_arguments = {"count": 100}
     read_server = "inline"
 
     @pytest.fixture
@@ -22,6 +23,12 @@ class TestSampleHostConforms(HostConformance):
         (host,) = host_plugins
         assert isinstance(host, InlineHost)
         return len(host.tokens)  # it records each token its hook draws
+
+    def next_cursor(self, result: object) -> str | None:
+        # The kit skips its cursor checks for an answer without a cursor: here that is a failure.
+        cursor = super().next_cursor(result)
+        assert cursor is not None, f"the sample host's clipped rows carry no next_cursor: {result}"
+        return cursor
 
 
 class CountingBucket(TokenBucket):

@@ -27,7 +27,6 @@ from centralmcp_batch.testing import InlineHost, call, sample_host
 pytestmark = pytest.mark.anyio
 
 SECRET_ARGUMENT = "s3cret-argument-value"
-SECRET_CURSOR = "echo:page:7"
 # Set once the engine and the pipeline call the two newer observer hooks; until then the tests
 # that need them say so instead of passing for the wrong reason.
 
@@ -63,10 +62,15 @@ def telemetry() -> Telemetry:
     return Telemetry()
 
 
-def mixed_calls() -> list[Any]:
+def paged_cursor(host: InlineHost) -> str:
+    """A cursor ``host`` issued for the ``paged`` entry of ``mixed_calls``: it verifies, so that entry is ok."""
+    return host.cursors.issue("echo", {"q": SECRET_ARGUMENT}, 7)
+
+
+def mixed_calls(host: InlineHost) -> list[Any]:
     return [
         {"name": "echo", "id": "plain", "arguments": {"token": SECRET_ARGUMENT}},
-        {"name": "echo", "id": "paged", "arguments": {"q": SECRET_ARGUMENT}, "cursor": SECRET_CURSOR},
+        {"name": "echo", "id": "paged", "arguments": {"q": SECRET_ARGUMENT}, "cursor": paged_cursor(host)},
         {"name": "delete_everything", "id": "write", "arguments": {"why": SECRET_ARGUMENT}},
         {"name": "no_such_tool", "id": "unknown"},
         {"name": "echo", "id": "bad", "arguments": [SECRET_ARGUMENT]},
@@ -76,7 +80,7 @@ def mixed_calls() -> list[Any]:
 def raising_host() -> InlineHost:
     host = sample_host()
 
-    def broken(resume: Any = None, **arguments: Any) -> None:
+    def broken(**arguments: Any) -> None:
         raise RuntimeError("backend down")
 
     host.add("broken", broken)
@@ -99,8 +103,9 @@ def every_text(span: ReadableSpan) -> str:
 
 
 async def test_an_entry_span_per_entry_with_tool_server_status_and_duration(telemetry: Telemetry) -> None:
-    calls = [*mixed_calls(), {"name": "broken", "id": "raises"}]
-    response = await run_over_mcp(raising_host(), telemetry, calls)
+    host = raising_host()
+    calls = [*mixed_calls(host), {"name": "broken", "id": "raises"}]
+    response = await run_over_mcp(host, telemetry, calls)
     entries = sorted(telemetry.finished(otel.ENTRY_SPAN), key=lambda span: span.attributes["centralmcp.index"])
     assert [span.attributes["centralmcp.status"] for span in entries] == [
         item["status"] for item in response["results"]
@@ -131,18 +136,20 @@ async def test_an_entry_span_per_entry_with_tool_server_status_and_duration(tele
 
 
 async def test_no_argument_value_cursor_id_or_error_text_reaches_a_span(telemetry: Telemetry) -> None:
-    calls = [*mixed_calls(), {"name": "broken", "id": "raises"}]
-    await run_over_mcp(raising_host(), telemetry, calls)
+    host = raising_host()
+    calls = [*mixed_calls(host), {"name": "broken", "id": "raises"}]
+    await run_over_mcp(host, telemetry, calls)
     spans = telemetry.finished(otel.BATCH_SPAN) + telemetry.finished(otel.ENTRY_SPAN)
     assert len(spans) == len(calls) + 1
     for span in spans:
         exported = every_text(span)
-        for leak in (SECRET_ARGUMENT, SECRET_CURSOR, "plain", "paged", "backend down", "not read-only"):
+        for leak in (SECRET_ARGUMENT, calls[1]["cursor"], "plain", "paged", "backend down", "not read-only"):
             assert leak not in exported, (leak, span.name)
 
 
 async def test_metrics_count_entries_by_status_and_time_them(telemetry: Telemetry) -> None:
-    await run_over_mcp(sample_host(), telemetry, mixed_calls())
+    host = sample_host()
+    await run_over_mcp(host, telemetry, mixed_calls(host))
     await run_over_mcp(sample_host(), telemetry, [{"name": "echo"}, {"name": "echo", "id": "x"}])
     by_status = {
         (point.attributes["centralmcp.status"], point.attributes.get("centralmcp.server")): point.value
@@ -207,10 +214,12 @@ async def test_concurrent_entries_are_children_of_their_own_batch(telemetry: Tel
 
 
 async def test_entry_spans_are_children_of_the_batch_span_over_mcp(telemetry: Telemetry) -> None:
-    await run_over_mcp(sample_host(), telemetry, mixed_calls())
+    host = sample_host()
+    calls = mixed_calls(host)
+    await run_over_mcp(host, telemetry, calls)
     (batch,) = telemetry.finished(otel.BATCH_SPAN)
     entries = telemetry.finished(otel.ENTRY_SPAN)
-    assert len(entries) == len(mixed_calls())
+    assert len(entries) == len(calls)
     assert {span.parent.span_id for span in entries if span.parent} == {batch.context.span_id}
     assert all(batch.start_time <= span.start_time and span.end_time <= batch.end_time for span in entries)
 
@@ -222,8 +231,9 @@ async def test_the_wait_for_a_slow_limiter_is_measured_over_mcp(telemetry: Telem
             await anyio.sleep(0.05)
 
     server = _compat.new_server("otel-test")
-    hosting.install(server, sample_host(), SlowLimiter(), telemetry.plugin)
-    answer = await call(server, "invoke_read_tool_batch", {"calls": [*mixed_calls(), {"name": "echo"}]})
+    host = sample_host()
+    hosting.install(server, host, SlowLimiter(), telemetry.plugin)
+    answer = await call(server, "invoke_read_tool_batch", {"calls": [*mixed_calls(host), {"name": "echo"}]})
     assert not answer.is_error
     (point,) = telemetry.points("centralmcp.rate_token.wait")
     assert point.count == 3  # the three entries that reached the backend; refusals draw no token

@@ -63,7 +63,7 @@ async def published_schema(server: Any) -> dict[str, Any]:
 def shrinking_server(monkeypatch: pytest.MonkeyPatch, budget: int) -> Any:
     monkeypatch.setenv(RESPONSE_MAX_BYTES, str(budget))
     host = sample_host()
-    host.add("blob", lambda resume=None, kb=1: {"rows": ["x" * 1000] * kb})
+    host.add("blob", lambda kb=1: {"rows": ["x" * 1000] * kb})
     server = _compat.new_server("schema-test")
     hosting.install(server, host)
     return server

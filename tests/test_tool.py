@@ -83,7 +83,7 @@ async def test_a_mixed_batch_end_to_end(centralmcp_server: Any, centralmcp_host:
         {"name": "echo", "id": "first", "arguments": {"q": "a"}},
         {"name": "delete_everything", "id": "write"},
         {"name": "no_such_tool", "id": "unknown"},
-        {"name": "echo", "id": "paged", "cursor": "echo:page:3"},
+        {"name": "rows", "id": "paged", "cursor": centralmcp_host.cursors.issue("rows", {}, 97)},
         {"name": "echo", "id": "forged", "cursor": "slow:page:1"},
         {"name": "echo", "id": "bad", "arguments": "not an object"},
     ]
@@ -97,9 +97,40 @@ async def test_a_mixed_batch_end_to_end(centralmcp_server: Any, centralmcp_host:
         "invalid_cursor",
         "invalid_call",
     ]
-    assert response["results"][3]["result"] == {"arguments": {}, "page": 3}
+    assert [row["n"] for row in response["results"][3]["result"]["rows"]] == [97, 98, 99]
     assert response["failed_ids"] == ["write", "unknown", "forged", "bad"]
-    assert centralmcp_host.tokens == ["echo", "echo"]
+    assert centralmcp_host.tokens == ["echo", "rows"]
+
+
+async def test_the_sample_host_pages_a_large_answer_and_binds_its_cursors(
+    centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One entry's share of 3,000 bytes: 300 rows (about 7.9 kB) come back over several pages.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "3000")
+    arguments, seen, cursors = {"count": 300}, [], []
+    for _ in range(100):  # far more pages than 300 rows can take
+        entry = {"name": "rows", "arguments": arguments, **({"cursor": cursors[-1]} if cursors else {})}
+        response = (await call(centralmcp_server, "invoke_read_tool_batch", {"calls": [entry]})).structured
+        assert response["ok"] is True and response["truncated"] is False, response
+        result = response["results"][0]["result"]
+        seen += [row["n"] for row in result["rows"]]
+        if "next_cursor" not in result:
+            break
+        cursors.append(result["next_cursor"])
+    assert seen == list(range(300)) and len(cursors) > 2, len(cursors)
+    misused = [
+        {"name": "rows", "arguments": {"count": 299}, "cursor": cursors[0]},
+        {"name": "echo", "arguments": arguments, "cursor": cursors[0]},
+        # well formed, for this tool and these arguments, but issued by another host
+        {"name": "rows", "arguments": arguments, "cursor": sample_host().cursors.issue("rows", arguments, 50)},
+    ]
+    response = (await call(centralmcp_server, "invoke_read_tool_batch", {"calls": misused})).structured
+    assert [item["status"] for item in response["results"]] == ["invalid_cursor"] * 3
+    assert [item["error"] for item in response["results"]] == [
+        "cursor was issued for other arguments",
+        "cursor was issued for another tool",
+        "cursor is malformed or its signature does not match",
+    ]
 
 
 async def test_progress_one_notification_per_entry(centralmcp_server: Any) -> None:
@@ -179,7 +210,8 @@ async def test_a_modern_client_without_a_callback_is_not_told() -> None:
 
 
 async def test_settings_are_read_per_call(centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = [{"name": "echo", "arguments": {"blob": "b" * 3000}} for _ in range(3)]
+    # The host bounds each answer to its share, never less than 1,024 bytes: five such overflow 4,000.
+    calls = [{"name": "echo", "arguments": {"blob": "b" * 3000}} for _ in range(5)]
     roomy = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
     assert roomy.structured["truncated"] is False
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES", "4000")
@@ -224,7 +256,7 @@ async def test_a_client_that_cancels_stops_every_call_in_flight_and_dispatches_n
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", "3")
     state = {"started": 0, "cancelled": 0}
 
-    async def hang(resume: Any = None) -> None:
+    async def hang() -> None:
         state["started"] += 1
         try:
             await anyio.sleep(60)
