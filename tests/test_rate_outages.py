@@ -26,6 +26,7 @@ from redis_server import RedisServer
 from centralmcp_batch.ratelimit import RateLimiter, SqliteStore, StoreUnavailable, open_store
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.limiter import STORE_TIMEOUT_SECONDS
+from centralmcp_batch.ratelimit.reservation import Reservation
 
 pytestmark = pytest.mark.anyio
 LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
@@ -148,11 +149,11 @@ async def test_a_thread_stuck_in_the_store_fails_the_next_reservations_at_once(
     file_system_back, refusals = threading.Event(), []
     transaction, reserve = store._transaction, store.reserve
 
-    def hung(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> float:
+    def hung(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> Reservation:
         file_system_back.wait(timeout=30)
         return transaction(conn, key, interval, burst)
 
-    async def counted(key: str, interval: float, burst: int) -> float:
+    async def counted(key: str, interval: float, burst: int) -> Reservation:
         try:
             return await reserve(key, interval, burst)
         except StoreUnavailable as exc:

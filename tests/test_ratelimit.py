@@ -107,8 +107,8 @@ async def test_callers_are_served_in_arrival_order_at_the_rate(store: str, tmp_p
 
 async def test_two_keys_in_one_store_are_two_budgets(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "rate.db")
-    waits_a = [await store.reserve("a", 1.0, 1) for _ in range(3)]
-    waits_b = [await store.reserve("b", 1.0, 1) for _ in range(3)]
+    waits_a = [(await store.reserve("a", 1.0, 1)).wait for _ in range(3)]
+    waits_b = [(await store.reserve("b", 1.0, 1)).wait for _ in range(3)]
     assert waits_a[0] == waits_b[0] == 0.0 and waits_a[2] > 1.5 and waits_b[2] > 1.5
 
 
@@ -161,12 +161,12 @@ async def test_a_wall_clock_stepped_back_keeps_the_queue_and_adds_no_wait(
     monkeypatch.setattr(sqlite_store, "time", clock)
     path = tmp_path / "rate.db"
     ahead = SqliteStore(path)
-    assert [await ahead.reserve("k", 0.1, 2) for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1], abs=0.05)
+    assert [(await ahead.reserve("k", 0.1, 2)).wait for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1], abs=0.05)
     await ahead.close()
     clock.ahead = 0.0  # stepped back; a router started now, on the same file
     store = SqliteStore(path)
     # The three slots taken just before still count, a tenth of a second each, not an hour
-    assert [await store.reserve("k", 0.1, 2) for _ in range(2)] == pytest.approx([0.2, 0.3], abs=0.05)
+    assert [(await store.reserve("k", 0.1, 2)).wait for _ in range(2)] == pytest.approx([0.2, 0.3], abs=0.05)
     await store.close()
 
 
@@ -236,7 +236,7 @@ async def test_a_new_file_whose_set_up_sqlite_answers_locked_at_once_is_set_up_a
         return set_up()
 
     monkeypatch.setattr(store, "_set_up", deadlocked_twice)
-    assert await store.reserve("k", 1.0, 1) == 0.0 and refused == ["locked", "locked"]
+    assert (await store.reserve("k", 1.0, 1)).wait == 0.0 and refused == ["locked", "locked"]
 
 
 async def test_a_lock_held_past_the_busy_limit_still_fails_once_the_limit_is_spent(tmp_path: Path) -> None:
@@ -271,7 +271,7 @@ async def test_redis_reservations_share_one_bucket_and_use_the_servers_clock(red
     key = f"acct-{uuid.uuid4()}"
     began = time.monotonic()
     try:
-        waits = [await store.reserve(key, 0.5, 2) for store in (first, second, first, second)]
+        waits = [(await store.reserve(key, 0.5, 2)).wait for store in (first, second, first, second)]
     finally:
         await first.close()
         await second.close()
@@ -294,7 +294,7 @@ async def test_a_redis_clock_stepped_back_keeps_the_queue_and_adds_no_wait(redis
     await raw.set(redis_store.CLOCK_PREFIX + key, f"{ahead:.6f}", px=120_000)
     store = open_store(redis_url)
     try:
-        waits = [await store.reserve(key, 0.1, 2) for _ in range(2)]
+        waits = [(await store.reserve(key, 0.1, 2)).wait for _ in range(2)]
         tat = float(await raw.get(redis_store.KEY_PREFIX + key))  # still the TAT alone, as earlier versions read it
     finally:
         await store.close()

@@ -157,11 +157,14 @@ async def test_redis_stopped_and_restarted_mid_run_loses_nothing_and_shares_agai
 
 
 @contextmanager
-def http_replicas(tmp_path: Path, store_url: str) -> Iterator[list[str]]:
-    config, ports = router_config(tmp_path), [free_port() for _ in range(PROCESSES)]
-    processes, env = [], router_env(store_url)  # one environment, so one bucket key, for every replica
+def http_replicas(tmp_path: Path, store_url: str, overrides: list[dict[str, str]] | None = None) -> Iterator[list[str]]:
+    """A replica for each of ``overrides`` (what its environment sets besides the common one), or PROCESSES alike."""
+    overrides = overrides or [{}] * PROCESSES
+    config, ports = router_config(tmp_path), [free_port() for _ in overrides]
+    processes, common = [], router_env(store_url)  # one environment, so one bucket key, for every replica
     try:
-        for n, port in enumerate(ports):
+        for n, (port, override) in enumerate(zip(ports, overrides, strict=True)):
+            env = {**common, **override}
             command = [
                 sys.executable,
                 "-m",
@@ -255,3 +258,20 @@ async def test_three_http_replicas_serve_any_request_share_the_rate_and_each_oth
     stamps = check_complete(responses)
     assert len(stamps) == 3 * PROCESSES * ENTRIES
     assert_account_rate(stamps)
+
+
+async def test_http_routers_with_other_rates_on_one_key_each_log_it_once(tmp_path: Path, store_url: str) -> None:
+    # One router started with a rate and burst of its own, as a client configured apart from the others
+    rates = [{"CENTRALMCP_ROUTER_RATE_PER_SECOND": "100", "CENTRALMCP_ROUTER_RATE_BURST": "10"}, {}]
+    with http_replicas(tmp_path, store_url, rates) as urls, anyio.fail_after(90):
+        async with httpx.AsyncClient(timeout=60) as http:
+            await wait_until_served(http, urls)
+            for turn in range(3):  # each router's batches find the other's pace in the store
+                for n, url in enumerate(urls):
+                    await call_tool(http, url, "invoke_read_tool_batch", {"calls": stamp_calls(f"t{turn}r{n}")})
+    logs = [(tmp_path / f"replica{n}.log").read_text().splitlines() for n in range(2)]
+    told = [[line for line in log if "another router reserves on it" in line] for log in logs]
+    assert [len(lines) for lines in told] == [1, 1], logs
+    assert f"at {RATE:g}/s with a burst of {BURST}, this one at 100/s with a burst of 10" in told[0][0]
+    assert f"at 100/s with a burst of 10, this one at {RATE:g}/s with a burst of {BURST}" in told[1][0]
+    assert all("WARNING centralmcp_batch.ratelimit.limiter: rate key 'test-" in line for line in told[0] + told[1])

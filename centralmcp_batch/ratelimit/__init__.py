@@ -5,6 +5,7 @@ from .errors import StoreUnavailable
 from .limiter import RateLimiter, Store
 from .memory import MemoryStore
 from .plugin import RateLimitPlugin
+from .reservation import Pace, Reservation
 from .sqlite import SqliteStore
 
 __all__ = [
@@ -12,8 +13,10 @@ __all__ = [
     "RATE",
     "STORE_ENV",
     "MemoryStore",
+    "Pace",
     "RateLimitPlugin",
     "RateLimiter",
+    "Reservation",
     "SqliteStore",
     "Store",
     "StoreUnavailable",

@@ -6,6 +6,9 @@ the store again every ``retry_seconds`` and logs when it has rejoined.
 
 The local bucket sees every slot this process hands out, shared or not, so one process keeps
 the configured rate and burst on its own across both switches.
+
+Routers that share a bucket space its one timeline each by its own rate and burst; one that finds
+another's numbers in the store says so once (the store tells it as it reserves: no extra round trip).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Protocol
 import anyio
 
 from .memory import MemoryStore
+from .reservation import Pace, Reservation
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ STORE_TIMEOUT_SECONDS = 2.0  # a reservation that takes longer counts as an outa
 class Store(Protocol):
     url: str
 
-    async def reserve(self, key: str, interval: float, burst: int) -> float: ...
+    async def reserve(self, key: str, interval: float, burst: int) -> Reservation: ...
 
     async def close(self) -> None: ...
 
@@ -50,6 +54,8 @@ class RateLimiter:
         self._queue = anyio.Lock()  # this process's reservations in arrival order (anyio's Lock is FIFO)
         self._outage_since: float | None = None
         self._next_try = 0.0
+        self._joined = False  # a reservation of this limiter has landed in the store
+        self._paces_told: set[Pace] = set()
 
     @property
     def in_outage(self) -> bool:
@@ -79,12 +85,35 @@ class RateLimiter:
             return 0.0
         try:
             with anyio.fail_after(STORE_TIMEOUT_SECONDS):
-                wait = await self.store.reserve(self.key, self.interval, self.burst)
+                reservation = await self.store.reserve(self.key, self.interval, self.burst)
         except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
             self._store_failed(exc)
             return 0.0
         self._store_answered()
-        return wait
+        # Each reservation leaves its pace in the store when it differs, so another pace found after this
+        # limiter's first reservation was left since by a router that shares the timeline now. The one found
+        # by the first is not told: it may be a stopped router's (this client's, before its settings changed).
+        if reservation.other_pace is not None and self._joined:
+            self._tell_other_pace(reservation.other_pace)
+        self._joined = True
+        return reservation.wait
+
+    def _tell_other_pace(self, other: Pace) -> None:
+        if other in self._paces_told:
+            return
+        self._paces_told.add(other)
+        log.warning(
+            "rate key %r in %s: another router reserves on it at %g/s with a burst of %d, this one at %g/s with a "
+            "burst of %d; each spaces the shared timeline by its own numbers, so the account gets a mix of both. "
+            "Set the same CENTRALMCP_ROUTER_RATE_PER_SECOND and CENTRALMCP_ROUTER_RATE_BURST for every router on "
+            "this key, or give this one a CENTRALMCP_ROUTER_RATE_KEY of its own",
+            self.key,
+            self.store.url,
+            other.rate,
+            other.burst,
+            self.rate,
+            self.burst,
+        )
 
     def _store_failed(self, exc: Exception) -> None:
         self._next_try = time.monotonic() + self.retry_seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from . import gcra
+from .reservation import Reservation
 
 
 class MemoryStore:
@@ -15,8 +16,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self._tats: dict[str, float] = {}
 
-    async def reserve(self, key: str, interval: float, burst: int) -> float:
-        return self.reserve_now(key, interval, burst)
+    async def reserve(self, key: str, interval: float, burst: int) -> Reservation:
+        return Reservation(self.reserve_now(key, interval, burst))  # no other process shares it, nor its pace
 
     def reserve_now(self, key: str, interval: float, burst: int, not_before: float = 0.0) -> float:
         """The same reservation without awaiting: nothing here can block or fail.

@@ -28,11 +28,22 @@ import anyio
 
 from . import gcra
 from .errors import StoreUnavailable
+from .reservation import Pace, Reservation
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_buckets (key TEXT PRIMARY KEY, tat REAL NOT NULL)"
 # When each bucket last reserved, by the wall clock. A table of its own, not a column, so that files and
 # routers of earlier versions work on unchanged: they never read it, and it is created where missing.
 CLOCK_SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_clock (key TEXT PRIMARY KEY, seen REAL NOT NULL)"
+# The pace (interval, burst) each bucket was last reserved with, written only when a reservation's differs:
+# a table of its own for the same reason. Routers of earlier versions leave no pace, so none is found for them.
+PACE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS gcra_pace (key TEXT PRIMARY KEY, interval REAL NOT NULL, burst INTEGER NOT NULL)"
+)
+# A bucket's whole state in one read (NULL for what is missing): fewer statements than one per table.
+STATE = (
+    "SELECT b.tat, c.seen, p.interval, p.burst FROM (SELECT ? AS key) AS k LEFT JOIN gcra_buckets AS b USING (key)"
+    " LEFT JOIN gcra_clock AS c USING (key) LEFT JOIN gcra_pace AS p USING (key)"
+)
 BUSY_SECONDS = 1.0  # a lock held longer than this is a fault, not contention
 CHECK_SECONDS = 1.0  # how often the path is checked against the file that is open
 
@@ -75,12 +86,12 @@ class SqliteStore:
         self._lock = threading.Lock()  # one connection, used by one worker thread at a time
         self._held_since: float | None = None  # when the lock was taken, on the monotonic clock
 
-    async def reserve(self, key: str, interval: float, burst: int) -> float:
+    async def reserve(self, key: str, interval: float, burst: int) -> Reservation:
         # Abandoned on cancel: a thread stuck in a hung file system must not hold its caller (and
         # the limiter's time limit) hostage; it finishes, or not, on its own.
         return await anyio.to_thread.run_sync(self._reserve, key, interval, burst, abandon_on_cancel=True)
 
-    def _reserve(self, key: str, interval: float, burst: int) -> float:
+    def _reserve(self, key: str, interval: float, burst: int) -> Reservation:
         with self._connection_lock():
             try:
                 self._reopen_if_moved()
@@ -143,19 +154,21 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous=NORMAL")  # a bucket lost to a power cut costs one burst, no more
             conn.execute(SCHEMA)
             conn.execute(CLOCK_SCHEMA)
+            conn.execute(PACE_SCHEMA)
         except sqlite3.Error:
             conn.close()
             raise
         return conn
 
     @staticmethod
-    def _transaction(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> float:
+    def _transaction(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> Reservation:
+        pace = Pace(interval, burst)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute("SELECT tat FROM gcra_buckets WHERE key = ?", (key,)).fetchone()
-            seen = conn.execute("SELECT seen FROM gcra_clock WHERE key = ?", (key,)).fetchone()
+            tat, seen, found_interval, found_burst = conn.execute(STATE, (key,)).fetchone()
+            found = None if found_interval is None else Pace(found_interval, found_burst)
             now = time.time()  # read under the lock, so the processes' readings are in order
-            tat = gcra.rebase(row[0] if row else 0.0, seen[0] if seen else None, now)
+            tat = gcra.rebase(tat or 0.0, seen, now)
             tat, wait = gcra.reserve(tat, now, interval, burst)
             conn.execute(
                 "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
@@ -165,12 +178,18 @@ class SqliteStore:
                 "INSERT INTO gcra_clock (key, seen) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET seen = excluded.seen",
                 (key, now),
             )
+            if found != pace:
+                conn.execute(
+                    "INSERT INTO gcra_pace (key, interval, burst) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+                    "SET interval = excluded.interval, burst = excluded.burst",
+                    (key, interval, burst),
+                )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return wait
+        return Reservation(wait, None if found is None or found == pace else found)
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
