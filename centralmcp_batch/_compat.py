@@ -306,8 +306,15 @@ def _abandonable(tool: Any) -> Any:
 
 
 def _in_worker_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def boxed(**kwargs: Any) -> list[Any]:
+        return [fn(**kwargs)]
+
     async def run_in_worker_thread(**kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), abandon_on_cancel=True)
+        # The answer comes back in a box, emptied here: anyio's worker thread holds the future that
+        # carried it until the thread next gets the GIL, and a batch whose entries never yield keeps
+        # the GIL, so the last raw answer (100 KB, say) would stay alive through the batch's encoding.
+        box = await anyio.to_thread.run_sync(functools.partial(boxed, **kwargs), abandon_on_cancel=True)
+        return box.pop()
 
     return run_in_worker_thread
 
