@@ -10,7 +10,6 @@ import asyncio
 import functools
 import logging
 import math
-import sys
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
@@ -25,6 +24,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from . import budget
+from .errors import sole_cause
 from .models import (
     FAILED_STATUSES,
     MAX_ARGUMENT_BYTES,
@@ -36,9 +36,6 @@ from .models import (
     ToolRef,
 )
 from .settings import BatchSettings
-
-if sys.version_info < (3, 11):  # pragma: no cover - anyio's own backport there
-    from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
 
@@ -368,21 +365,14 @@ def call_timed_out(timeout: float) -> str:
 
 def describe(exc: BaseException) -> str:
     """An exception as an item's error: ``"ExcType: message"`` (just ``ExcType`` with no message)."""
-    exc = _sole_member(exc)
+    # A task group in the host's dispatch wraps the error it lets out, and the group's own text
+    # ("unhandled errors in a TaskGroup") would hide the backend's; a group of several stays as it is.
+    exc = sole_cause(exc)
     name = type(exc).__name__
     if isinstance(exc, asyncio.CancelledError):  # described only once must_propagate said it was not real
         return f"{name}: raised by the call itself; no time limit passed and the client did not cancel"
     text = str(exc)
     return f"{name}: {text}" if text else name
-
-
-def _sole_member(exc: BaseException) -> BaseException:
-    """The one exception a group of one holds, however deep: a task group in the host's dispatch
-    wraps the error it lets out, and the group's own text ("unhandled errors in a TaskGroup")
-    would hide the backend's. A group of several says how many it holds, and stays as it is."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 # -- whole-batch and per-entry checks -------------------------------------------------
