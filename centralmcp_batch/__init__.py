@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .errors import HostContractError, InvalidCursor, ManifestError
+from .errors import HostContractError, InvalidCursor, ManifestError, PluginError
 from .models import CallContext, ToolRef
 
 try:
@@ -15,6 +15,7 @@ __all__ = [
     "HostContractError",
     "InvalidCursor",
     "ManifestError",
+    "PluginError",
     "ToolRef",
     "__version__",
 ]

@@ -10,8 +10,8 @@ import contextlib
 import functools
 import json
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import version
@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 import pydantic
 
+from .errors import ToolNameTaken
 from .process_groups import BackendProcesses
 
 SDK_VERSION = version("mcp")
@@ -78,8 +79,46 @@ def has_tool(server: Any, name: str) -> bool:
     return name in _tools(server)
 
 
-def remove_tool(server: Any, name: str) -> None:
-    _tools(server).pop(name, None)
+def tool_names(server: Any) -> list[str]:
+    return list(_tools(server))
+
+
+def remove_tool(server: Any, name: str) -> Any:
+    """Take the tool called ``name`` off ``server``; what was there (None if nothing), for ``put_tool``."""
+    return _tools(server).pop(name, None)
+
+
+def put_tool(server: Any, name: str, tool: Any) -> None:
+    """Publish again a tool that ``remove_tool`` took off."""
+    _tools(server)[name] = tool
+
+
+@contextmanager
+def refusing_duplicate_tools(server: Any) -> Iterator[None]:
+    """While open, adding a tool under a name ``server`` already publishes raises ``ToolNameTaken``.
+
+    Both SDK lines keep the tool they have and only log ``Tool already exists``, which names
+    neither who added the second tool nor that it was dropped.
+    """
+    manager = server._tool_manager  # noqa: SLF001 - both SDK lines add every tool through it
+    shadowed = vars(manager).get("add_tool")  # a wrapper a host may have set on this instance
+    add = manager.add_tool
+
+    def add_new_only(*args: Any, **kwargs: Any) -> Any:
+        before = set(_tools(server))
+        tool = add(*args, **kwargs)
+        if tool.name in before:
+            raise ToolNameTaken(tool.name)
+        return tool
+
+    manager.add_tool = add_new_only
+    try:
+        yield
+    finally:
+        if shadowed is None:
+            del manager.add_tool
+        else:
+            manager.add_tool = shadowed
 
 
 def add_tool(

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import _compat, budget, engine, models, pipeline
 from ._compat import Context
-from .errors import HostContractError
+from .errors import ToolNameTaken
 from .host import HookCalls, HostHooks
 from .settings import BatchSettings
 
@@ -75,8 +75,8 @@ async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str,
 def register(server: Any, hooks: HostHooks) -> None:
     """Add the tool to ``server``; a server that already has one is a startup error."""
     if _compat.has_tool(server, TOOL_NAME):
-        raise HostContractError(
-            f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch"
+        raise ToolNameTaken(
+            TOOL_NAME, f"the server already publishes {TOOL_NAME!r}; remove it before installing centralmcp-batch"
         )
 
     # A plain dict, not a finished CallToolResult: a host that wraps its tool manager with

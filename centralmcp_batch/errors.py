@@ -3,7 +3,9 @@
 Exception
  ├── InvalidCursor          a host refuses a continuation cursor; the message becomes the item's error
  └── HostContractError      a host does not meet a plugin's manifest (a required hook is missing)
-      └── ManifestError     a plugin.toml that cannot be read or is not well formed
+      ├── ManifestError     a plugin.toml that cannot be read or is not well formed
+      ├── PluginError       an installed plugin cannot be loaded or cannot add its tools
+      └── ToolNameTaken     a tool name the server already publishes
 
 and ``sole_cause``, which finds what went wrong inside the exception groups anyio wraps it in.
 """
@@ -26,6 +28,18 @@ class HostContractError(Exception):
 
 class ManifestError(HostContractError):
     """A plugin manifest that cannot be read or does not say what it must."""
+
+
+class PluginError(HostContractError):
+    """An installed ``centralmcp`` plugin is broken: the message names its entry point and distribution."""
+
+
+class ToolNameTaken(HostContractError):
+    """A plugin registers a tool under a name the server already publishes (``name``)."""
+
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or f"the server already publishes a tool named {name!r}")
+        self.name = name
 
 
 def sole_cause(exc: BaseException) -> BaseException:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any
+from importlib import metadata
+from typing import Any, NamedTuple
 
 import pluggy
 
 from . import hookspecs, manifest
-from .errors import HostContractError
+from .errors import HostContractError, ManifestError, PluginError, ToolNameTaken
 from .hookspecs import PROJECT
 
 log = logging.getLogger(__name__)
+
+REGISTER_TOOLS = "centralmcp_register_tools"
 
 
 def plugin_manager(*host_plugins: object) -> pluggy.PluginManager:
@@ -28,16 +32,137 @@ def install(server: Any, *host_plugins: object, entry_points: bool = True) -> pl
     """Make the PluginManager, load the ``centralmcp`` plugins, check them, register their tools.
 
     A plugin whose manifest requires a host hook nobody implements stops the start-up with an
-    error naming the plugin and the hook: a batch must never run behind a missing gate.
+    error naming the plugin and the hook: a batch must never run behind a missing gate. An
+    installed plugin that is broken (it does not import, names no such attribute, implements a
+    hook with no spec or with arguments the spec lacks, fails to add its tools, or adds a tool
+    under a name the server already publishes), and two distributions giving the same entry
+    point name, stop it too, with a ``PluginError`` naming the entry point and the distribution.
     """
     pm = plugin_manager(*host_plugins)
+    pm.check_pending()  # the host's own implementations: pluggy's error, which names the plugin object
     if entry_points:
-        pm.load_setuptools_entrypoints(PROJECT)
-    pm.check_pending()
+        load_entry_points(pm)
     for report in plugin_reports(pm):
         report.raise_if_unsatisfied()
-    pm.hook.centralmcp_register_tools(server=server, pluginmanager=pm)
+    _register_tools(server, pm)
     return pm
+
+
+def load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Load and check every ``centralmcp`` entry point, one at a time, so a failure names its own.
+
+    Pluggy would load the first of two distributions giving one name and skip the other unseen,
+    which a name the batch plugin uses ("batch") would turn into a router without the batch.
+    """
+    for entry_point, dist in _entry_points():
+        try:
+            pm.load_setuptools_entrypoints(PROJECT, name=entry_point.name)
+            pm.check_pending()
+        except (Exception, SystemExit) as exc:  # a plugin that exits at import must not end the host unnamed
+            told = f"{_named(entry_point, dist)} cannot be loaded: {_told(exc)}"
+            raise PluginError(f"{told}. {_remedy(_name(dist))}") from exc
+
+
+def _entry_points() -> list[tuple[metadata.EntryPoint, metadata.Distribution]]:
+    """Each name of the group once, from the distribution pluggy would load it from (the first on the path).
+
+    One distribution found twice on the path (a user site and a virtualenv, say) is one; two
+    distributions giving one name is an error naming both.
+    """
+    found: dict[str, tuple[metadata.EntryPoint, metadata.Distribution]] = {}
+    for dist in metadata.distributions():
+        for entry_point in dist.entry_points:
+            if entry_point.group != PROJECT:
+                continue
+            first, first_dist = found.setdefault(entry_point.name, (entry_point, dist))
+            if _key(first_dist) != _key(dist):
+                raise PluginError(
+                    f"two distributions give the {PROJECT!r} entry point {entry_point.name!r}: "
+                    f"{_label(first_dist)} ({first.value}) and {_label(dist)} ({entry_point.value}), and only "
+                    f"one can load. {_remedy(_name(first_dist), _name(dist))}"
+                )
+    return list(found.values())
+
+
+def _register_tools(server: Any, pm: pluggy.PluginManager) -> None:
+    """Call each plugin's ``centralmcp_register_tools`` on its own, in pluggy's order, so a failure names it.
+
+    A plugin may add tools, never take a name the server already publishes: the SDK would keep the
+    first tool and drop the second with a warning naming neither plugin.
+    """
+    from . import _compat  # here, so that the rest of hosting imports without the MCP SDK (and its OpenTelemetry)
+
+    impls = list(reversed(getattr(pm.hook, REGISTER_TOOLS).get_hookimpls()))  # pluggy calls the last first
+    owners = dict.fromkeys(_compat.tool_names(server), _HOST)
+    for impl in impls:
+        others = [other.plugin for other in impls if other.plugin is not impl.plugin]
+        origin = _origin(pm, impl.plugin)
+        before = set(owners)
+        try:
+            with _compat.refusing_duplicate_tools(server):
+                pm.subset_hook_caller(REGISTER_TOOLS, others)(server=server, pluginmanager=pm)
+        except ToolNameTaken as exc:
+            owner = owners.get(exc.name, _HOST)
+            raise PluginError(
+                f"{origin.who} cannot add its tool: the server already publishes {exc.name!r}, registered by "
+                f"{owner.who}, and keeps one tool per name. {_remedy(origin.distribution, owner.distribution)}"
+            ) from exc
+        except Exception as exc:
+            told = f"{origin.who} failed to register its tools: {_told(exc)}"
+            raise PluginError(f"{told}. {_remedy(origin.distribution)}") from exc
+        owners.update(dict.fromkeys(set(_compat.tool_names(server)) - before, origin))
+
+
+class _Origin(NamedTuple):
+    """Who did something, as an error names them, and the distribution they came in (None: the host)."""
+
+    who: str
+    distribution: str | None
+
+
+_HOST = _Origin("the host", None)
+
+
+def _origin(pm: pluggy.PluginManager, plugin: object) -> _Origin:
+    name = pm.get_name(plugin)
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            found = [ep for ep in dist.entry_points if ep.group == PROJECT and ep.name == name]
+            who = _named(found[0], dist) if found else f"{PROJECT} plugin {name!r} of {_label(dist)}"
+            return _Origin(who, _name(dist))
+    return _Origin(f"the host's plugin {getattr(plugin, '__name__', type(plugin).__name__)}", None)
+
+
+def _remedy(*distributions: str | None) -> str:
+    """What the operator can do: with one distribution to blame, fix or remove it; with two, keep one."""
+    dists = list(dict.fromkeys(dist for dist in distributions if dist is not None))
+    if not dists:
+        return "Fix the host's plugin"
+    if len(dists) == 1:
+        return f"Upgrade or fix {dists[0]}, or uninstall it (pip uninstall {dists[0]})"
+    return "Uninstall one of them (" + " or ".join(f"pip uninstall {dist}" for dist in dists) + ")"
+
+
+def _named(entry_point: metadata.EntryPoint, dist: Any) -> str:
+    return f"{PROJECT} plugin {entry_point.name!r} (entry point {entry_point.value} of {_label(dist)})"
+
+
+def _name(dist: Any) -> str:
+    return str(dist.metadata["name"])
+
+
+def _key(dist: Any) -> str:
+    return re.sub(r"[-_.]+", "-", _name(dist)).lower()  # names compare as packaging normalises them (PEP 503)
+
+
+def _label(dist: Any) -> str:
+    return f"{_name(dist)} {dist.version}"
+
+
+def _told(exc: BaseException) -> str:
+    """The exception in one line, as a client app's log shows it: pluggy's own texts span several."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {'; '.join(lines)}" if lines else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -68,7 +193,10 @@ def plugin_reports(pm: pluggy.PluginManager) -> list[PluginReport]:
 
 def _report(pm: pluggy.PluginManager, plugin: object, dist: Any) -> PluginReport:
     name = pm.get_name(plugin) or repr(plugin)
-    found = manifest.for_entry_point(_entry_point_value(plugin, name, dist))
+    try:
+        found = manifest.for_entry_point(_entry_point_value(plugin, name, dist))
+    except ManifestError as exc:  # its source is a path inside the package; say whose it is
+        raise ManifestError(f"{PROJECT} plugin {name!r} of {_label(dist)}: {exc}. {_remedy(_name(dist))}") from exc
     if found is None:
         log.warning("centralmcp plugin %r ships no plugin.toml; its host requirements are not checked", name)
         return PluginReport(name, dist.metadata["name"], None, ())

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from installed import fresh_name, install_distribution
 from standins import monitoring_backend
 from standins.centralmcp_middleware import is_secret_name
 
-from centralmcp_batch import HostContractError, _compat, batch_tool, engine
+from centralmcp_batch import HostContractError, PluginError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.testing import HostConformance, call
 
@@ -384,6 +385,34 @@ async def test_in_process_callers_of_the_module_may_pass_pydantic_entries_as_the
     assert [(i["id"], i["status"]) for i in response["results"]] == [("m", "ok"), ("1", "invalid_call")]
     over_mcp = await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}, "id": "m"}])
     assert over_mcp["results"][0] == response["results"][0]
+
+
+BROKEN_PLUGINS = {
+    "cannot-load": "import centralmcp_no_such_module\n",
+    # Found first on the path, it registers its tools after the batch plugin has registered the batch.
+    "takes-a-routers-tool-name": (
+        "from centralmcp_batch.hookspecs import hookimpl\n\n\n@hookimpl\n"
+        "def centralmcp_register_tools(server):\n"
+        "    def invoke_read_tool(name: str) -> str:\n        return 'acme'\n\n"
+        "    server.add_tool(invoke_read_tool, name='invoke_read_tool', description='acme')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN_PLUGINS)
+@pytest.mark.parametrize("mode", ["default", "minimal"])
+def test_adopt_stopped_by_a_broken_plugin_leaves_the_router_with_the_batch_it_had(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, broken: str, mode: str
+) -> None:
+    package = fresh_name("acme_broken")
+    install_distribution(tmp_path, package, {"acme": package}, modules={"__init__": BROKEN_PLUGINS[broken]})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    router = load_router(monkeypatch, mode)
+    before = {tool.name: tool.description for tool in _compat.server_tools(router.mcp)}
+    with pytest.raises(PluginError, match="centralmcp plugin 'acme'"):
+        centralmcp.adopt(router)
+    # default mode keeps its own batch, minimal mode is left with none: never a half-adopted one
+    assert {tool.name: tool.description for tool in _compat.server_tools(router.mcp)} == before
 
 
 def test_adopt_with_replace_false_refuses_a_router_that_has_its_own_batch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pluggy
 import pytest
+from installed import install_distribution
 
 import centralmcp_batch
 from centralmcp_batch import (
@@ -123,25 +124,6 @@ def test_every_installed_plugin_of_ours_gets_its_own_manifest_and_no_warning(cap
     }
     assert reports["otel"].manifest is not None and reports["otel"].manifest.tools == ()
     assert all(report.satisfied for report in reports.values())
-
-
-def install_distribution(site: Path, package: str, entry_points: dict[str, str], plugin_toml: str | None) -> None:
-    """A real installed distribution: a package and its .dist-info on a directory of sys.path."""
-    (site / package).mkdir(parents=True)
-    (site / package / "__init__.py").write_text("")
-    for value in entry_points.values():
-        module = value.split(":")[0].split(".")[-1]
-        (site / package / f"{module}.py").write_text(
-            "from centralmcp_batch.hookspecs import hookimpl\n\n\n"
-            "@hookimpl\ndef centralmcp_batch_completed(response, seconds):\n    pass\n"
-        )
-    if plugin_toml is not None:
-        (site / package / "plugin.toml").write_text(plugin_toml)
-    info = site / f"{package}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
-    lines = [f"{name} = {value}" for name, value in entry_points.items()]
-    (info / "entry_points.txt").write_text("[centralmcp]\n" + "\n".join(lines) + "\n")
 
 
 def test_a_manifest_applies_only_to_the_entry_point_it_names(

@@ -309,17 +309,25 @@ def adopt(router: ModuleType, *, replace: bool = True, rate_limiter: RateLimiter
     in it, so its single reads and every batch entry draw from one shared bucket.
     """
     server = router.mcp
+    own_batch = None
     if _compat.has_tool(server, TOOL_NAME):
         if not replace:
             raise HostContractError(
                 f"router {router.__name__!r} already publishes {TOOL_NAME!r} and replace=False was passed"
             )
         log.info("router %r: centralmcp-batch's %s replaces the router's own", router.__name__, TOOL_NAME)
-        _compat.remove_tool(server, TOOL_NAME)
+        own_batch = _compat.remove_tool(server, TOOL_NAME)
     if has_rate_gate(router):
         install_shared_rate_gate(router, rate_limiter or limiter_from_env())
-    with settings.adopted_explicitly():
-        pm = hosting.install(server, *host_plugins(router))
+    try:
+        with settings.adopted_explicitly():
+            pm = hosting.install(server, *host_plugins(router))
+    except Exception:
+        # A broken plugin stops the adoption: a router that starts anyway keeps the batch it had.
+        _compat.remove_tool(server, TOOL_NAME)
+        if own_batch is not None:
+            _compat.put_tool(server, TOOL_NAME, own_batch)
+        raise
     _compat.publish_output_schema(server, TOOL_NAME, adopted_output_schema())
     if hasattr(router, TOOL_NAME):  # default mode: the router's own function name now calls this tool
         setattr(router, TOOL_NAME, in_process_batch(_compat.tool_function(server, TOOL_NAME)))

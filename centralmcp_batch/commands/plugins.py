@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import hosting
-from ..hookspecs import PROJECT
 from . import CommandFailed, load_router
 from .plugin_report import report_json, reports_text
 
@@ -28,7 +27,7 @@ def run(config: Path | None, as_json: bool) -> int:
 def plugin_reports(router: Any) -> list[hosting.PluginReport]:
     """Every installed plugin, checked against the host hooks that ``router`` registers."""
     pm = hosting.plugin_manager(*_host_plugins(router.plugin_manager))
-    pm.load_setuptools_entrypoints(PROJECT)
+    hosting.load_entry_points(pm)
     return hosting.plugin_reports(pm)
 
 

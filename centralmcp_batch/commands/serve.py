@@ -21,6 +21,7 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
     try:
         router = load_router(config)
     except Exception as exc:
+        log.debug("the router did not start", exc_info=True)  # the traceback, for --log-level debug only
         raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {exc}") from exc
     if transport == "http":
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
