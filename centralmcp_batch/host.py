@@ -142,6 +142,13 @@ class HookCalls:
         # called as it is: the general path's list and loop were a tenth of an entry's own cost.
         self._sole_gate = _sole(plans["centralmcp_read_gate"])
         self._sole_token = _sole(plans["centralmcp_acquire_rate_token"])
+        self._pluginmanager = pluginmanager
+        # Where pluggy makes the token call, each limiter is guarded: its raise must not stop the rest.
+        self._guarded_tokens = (
+            [_guarded(impl) for impl in self._hook.centralmcp_acquire_rate_token.get_hookimpls()]
+            if plans["centralmcp_acquire_rate_token"] is None
+            else []
+        )
 
     def _first_caller(self, hook: str) -> Callable[..., Any]:
         """A ``firstresult`` hook as one callable: the first answer that is not None, as pluggy gives it."""
@@ -203,18 +210,21 @@ class HookCalls:
     def acquire_rate_token(self, tool: ToolRef) -> list[Awaitable[Any]]:
         """What to await for one token of every limiter: each may fail, which is logged and does not block.
 
-        A limiter that raises when called is logged here and the others are still asked; where
-        pluggy makes the call (see ``HostHooks._make``), its rule holds: a raise stops the rest.
+        Every limiter is asked, also when one raises, so a broken one (a third party's, say) never
+        costs the host's limiter its token. Where pluggy makes the call (see ``HostHooks._make``),
+        it calls guarded copies of the limiters, with the hook's wrappers around them.
         """
         try:
             if self._sole_token is not None:
                 wait = self._sole_token(tool)
                 return [wait] if wait is not None and is_awaitable(wait) else []
             impls = self._plans["centralmcp_acquire_rate_token"]
-            if impls is None:  # pluggy makes the call, with its rule: a raise stops the rest
-                return [
-                    wait for wait in self._through_pluggy("centralmcp_acquire_rate_token", tool) if is_awaitable(wait)
-                ]
+            if impls is None:
+                answers = self._pluginmanager._hookexec(
+                    "centralmcp_acquire_rate_token", self._guarded_tokens, {"tool": tool}, False
+                )
+                assert isinstance(answers, list)  # not firstresult: the answers that are not None
+                return [wait for wait in answers if is_awaitable(wait)]
         except Exception:
             token_failed(tool)
             return []
@@ -223,7 +233,7 @@ class HookCalls:
             try:
                 wait = _call(impl, (tool,))
             except Exception:
-                token_failed(tool)
+                token_failed(tool, impl[2])
                 continue
             if wait is not None and is_awaitable(wait):
                 waits.append(wait)
@@ -314,9 +324,29 @@ async def _gate_awaiting(tool: ToolRef, answers: Sequence[Any]) -> str | None:
     return _first_refusal(said)
 
 
-def token_failed(tool: ToolRef) -> None:
+def token_failed(tool: ToolRef | None, plugin: str | None = None) -> None:
     """A limiter failed for ``tool``: logged, and the call goes on (a broken limiter never blocks a read)."""
-    log.warning("centralmcp_acquire_rate_token failed for %r; proceeding", tool.name, exc_info=True)
+    of = "" if plugin is None else f" of plugin {plugin!r}"
+    called = "a call" if tool is None else repr(tool.name)
+    log.warning("centralmcp_acquire_rate_token%s failed for %s; proceeding", of, called, exc_info=True)
+
+
+def _guarded(hookimpl: Any) -> Any:
+    """A copy of a limiter that logs its raise and answers None, for pluggy to call instead; a wrapper as it is."""
+    if not _is_plain(hookimpl):
+        return hookimpl
+    function, takes_tool = hookimpl.function, "tool" in hookimpl.argnames
+
+    def guarded(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except Exception:
+            token_failed(args[hookimpl.argnames.index("tool")] if takes_tool else None, hookimpl.plugin_name)
+            return None
+
+    copy = pluggy.HookImpl(hookimpl.plugin, hookimpl.plugin_name, function, hookimpl.opts)
+    copy.function = guarded  # type: ignore[misc]  # its argument names stay the limiter's own, as pluggy read them
+    return copy
 
 
 async def _notify_rest(

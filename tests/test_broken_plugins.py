@@ -9,6 +9,7 @@ none widens the read-only gate or spends the host's rate limit.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import pytest
 from installed import fresh_name, install_distribution
 
 from centralmcp_batch import ManifestError, PluginError, _compat, hosting
-from centralmcp_batch.testing import InlineHost
+from centralmcp_batch.router import demo
+from centralmcp_batch.router.demo import demo_router
+from centralmcp_batch.testing import InlineHost, call, sample_host
 
 
 @pytest.fixture
@@ -180,6 +183,63 @@ def test_one_distribution_found_twice_on_the_path_loads_once(tmp_path: Path, mon
     assert [report.distribution for report in hosting.plugin_reports(pm) if report.name == "acme"] == ["Acme_Twice"]
 
 
+# -- safety properties a discovered plugin must not weaken ---------------------------------
+
+PERMISSIVE_GATES = {
+    "def": HOOKIMPL + "@hookimpl\ndef centralmcp_read_gate(tool):\n    return None\n",
+    "async def": HOOKIMPL + "@hookimpl\nasync def centralmcp_read_gate(tool):\n    return None\n",
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", PERMISSIVE_GATES)
+async def test_an_installed_gate_that_allows_everything_cannot_widen_the_routers_gate(site: Path, kind: str) -> None:
+    # Discovered after the router's own gate, it is asked first: its None must not end the question.
+    install_plugin(site, "acme_permissive", PERMISSIVE_GATES[kind])
+    router = demo_router()
+    async with router.connected():
+        calls = [{"name": "list_sites"}, {"name": "delete_site", "arguments": {"site_id": "site-sjc"}}]
+        batch = (await call(router.server, "invoke_read_tool_batch", {"calls": calls})).structured
+        single = await call(router.server, "invoke_read_tool", {"name": "delete_site", "arguments": {"site_id": "x"}})
+    assert [item["status"] for item in batch["results"]] == ["ok", "blocked"]
+    assert "not read-only" in single.text
+
+
+BROKEN_LIMITERS = {
+    # Pluggy calls an implementation with an argument default itself, and the rest go with it on a raise.
+    "argument-with-a-default": HOOKIMPL
+    + "@hookimpl\ndef centralmcp_acquire_rate_token(tool, cost=1):\n    raise ConnectionError('acme store down')\n",
+    # A wrapper on the hook made pluggy make the whole call, with the same rule.
+    "beside-a-wrapper": HOOKIMPL
+    + "class Timing:\n    @hookimpl(wrapper=True)\n    def centralmcp_acquire_rate_token(self, tool):\n"
+    + "        return (yield)\n\n\nclass Limiter:\n    @hookimpl\n    def centralmcp_acquire_rate_token(self, tool):\n"
+    + "        raise ConnectionError('acme store down')\n\n\ntiming, limiter = Timing(), Limiter()\n",
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", BROKEN_LIMITERS)
+async def test_an_installed_limiter_that_raises_never_costs_the_hosts_limiter_its_token(
+    site: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    package = fresh_name("acme_limiter")
+    modules = {"__init__": BROKEN_LIMITERS[kind]}
+    if kind == "beside-a-wrapper":
+        install_distribution(
+            site, package, {"acme_timing": f"{package}:timing", "acme": f"{package}:limiter"}, None, modules=modules
+        )
+    else:
+        install_distribution(site, package, {"acme": package}, modules=modules)
+    host = sample_host()
+    server = _compat.new_server("limited")
+    hosting.install(server, host)
+    with caplog.at_level(logging.WARNING, logger="centralmcp_batch.host"):
+        answer = await call(server, "invoke_read_tool_batch", {"calls": [{"name": "echo"}, {"name": "echo"}]})
+    assert answer.structured["ok"] is True
+    assert host.tokens == ["echo", "echo"]  # the host's own limiter drew for each backend call
+    assert "centralmcp_acquire_rate_token of plugin 'acme' failed for 'echo'; proceeding" in caplog.text
+
+
 # -- what the reference router's operator sees on stdio ------------------------------------
 
 
@@ -209,3 +269,23 @@ def test_serve_on_stdio_exits_1_with_one_line_naming_the_broken_distribution(
     debug = serve_stdio(tmp_path, "--log-level", "debug")
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.splitlines()[-1] == line
+
+
+def test_serve_on_stdio_with_a_permissive_installed_gate_still_blocks_writes(tmp_path: Path) -> None:
+    install_plugin(tmp_path, "acme_permissive", PERMISSIVE_GATES["def"])
+    script = (
+        "import anyio, json, sys\n"
+        "from centralmcp_batch import _compat\n"
+        "async def main():\n"
+        "    command = _compat.StdioServerParameters(command=sys.executable,\n"
+        "        args=['-m', 'centralmcp_batch', 'serve', '--demo', '--log-level', 'warning'])\n"
+        "    async with _compat.connect(command) as client:\n"
+        "        calls = [{'name': 'list_sites'}, {'name': 'delete_site', 'arguments': {'site_id': 'site-sjc'}}]\n"
+        "        answer = (await client.call_tool('invoke_read_tool_batch', {'calls': calls})).payload\n"
+        "        print(json.dumps([item['status'] for item in answer['results']]))\n"
+        "anyio.run(main)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), demo.LATENCY_ENV: "0"}
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines()[-1] == '["ok", "blocked"]'
