@@ -173,10 +173,16 @@ class PluginReport:
     distribution: str | None
     manifest: manifest.Manifest | None
     missing: tuple[str, ...]
+    registered: tuple[str, ...] | None = None  # the hooks it implements here; None: not asked
 
     @property
     def satisfied(self) -> bool:
         return not self.missing
+
+    @property
+    def inactive(self) -> bool:
+        """Its manifest lists hooks it implements, and it registered none (an optional dependency missing)."""
+        return self.registered == () and self.manifest is not None and bool(self.manifest.implements)
 
     def raise_if_unsatisfied(self) -> None:
         if self.missing:
@@ -199,12 +205,16 @@ def _report(pm: pluggy.PluginManager, plugin: object, dist: Any) -> PluginReport
         raise ManifestError(f"{PROJECT} plugin {name!r} of {_label(dist)}: {exc}. {_remedy(_name(dist))}") from exc
     if found is None:
         log.warning("centralmcp plugin %r ships no plugin.toml; its host requirements are not checked", name)
-        return PluginReport(name, dist.metadata["name"], None, ())
+        return PluginReport(name, dist.metadata["name"], None, (), _registered(pm, plugin))
     unknown = [hook for hook in found.requires + found.optional if not hasattr(pm.hook, hook)]
     if unknown:
         raise HostContractError(f"plugin {name!r} names hooks this host does not define: {unknown!r}")
     missing = tuple(hook for hook in found.requires if not _implemented_by_others(pm, hook, plugin))
-    return PluginReport(name, dist.metadata["name"], found, missing)
+    return PluginReport(name, dist.metadata["name"], found, missing, _registered(pm, plugin))
+
+
+def _registered(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
+    return tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
 
 
 def _entry_point_value(plugin: object, name: str, dist: Any) -> str:

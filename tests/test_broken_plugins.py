@@ -19,6 +19,7 @@ import pytest
 from installed import fresh_name, install_distribution
 
 from centralmcp_batch import ManifestError, PluginError, _compat, hosting
+from centralmcp_batch.commands import plugin_report
 from centralmcp_batch.router import demo
 from centralmcp_batch.router.demo import demo_router
 from centralmcp_batch.testing import InlineHost, call, sample_host
@@ -181,6 +182,22 @@ def test_one_distribution_found_twice_on_the_path_loads_once(tmp_path: Path, mon
         monkeypatch.syspath_prepend(str(tmp_path / copy))
     pm = hosting.install(_compat.new_server("twice"), InlineHost())
     assert [report.distribution for report in hosting.plugin_reports(pm) if report.name == "acme"] == ["Acme_Twice"]
+
+
+def test_a_plugin_that_registers_none_of_its_hooks_is_reported_inactive(site: Path) -> None:
+    # As the otel plugin without opentelemetry: it loads, implements nothing, and does nothing.
+    package = fresh_name("acme_inactive")
+    toml = (
+        f'schema_version = 1\n[plugin]\nname = "acme"\ndistribution = "{package}"\ngroup = "centralmcp"\n'
+        f'entry_point = "{package}"\n[hooks]\nimplements = ["centralmcp_batch_completed"]\n'
+    )
+    install_distribution(site, package, {"acme": package}, toml, modules={"__init__": "AVAILABLE = False\n"})
+    pm = hosting.install(_compat.new_server("inactive"), InlineHost())
+    reports = {report.name: report for report in hosting.plugin_reports(pm)}
+    assert reports["acme"].inactive and reports["acme"].registered == ()
+    assert not reports["batch"].inactive and reports["batch"].registered == ("centralmcp_register_tools",)
+    assert "  inactive:    it implements none of these here" in plugin_report.report_text(reports["acme"])
+    assert plugin_report.report_json(reports["acme"])["inactive"] is True
 
 
 # -- safety properties a discovered plugin must not weaken ---------------------------------

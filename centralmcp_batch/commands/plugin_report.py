@@ -24,6 +24,8 @@ def report_json(report: PluginReport) -> dict[str, Any]:
         "version": distribution_version(report.distribution),
         "satisfied": report.satisfied,
         "missing": list(report.missing),
+        "registered": None if report.registered is None else list(report.registered),
+        "inactive": report.inactive,
         "manifest": None
         if found is None
         else {
@@ -44,6 +46,10 @@ def reports_text(reports: list[PluginReport]) -> str:
     return "\n\n".join(report_text(report) for report in reports)
 
 
+# The otel plugin without opentelemetry is one: it loads, and does nothing.
+INACTIVE = "  inactive:    it implements none of these here (an optional dependency not installed?)"
+
+
 def report_text(report: PluginReport) -> str:
     verdict = "satisfied" if report.satisfied else "NOT satisfied: missing " + ", ".join(report.missing)
     dist = report.distribution or "?"
@@ -62,5 +68,7 @@ def report_text(report: PluginReport) -> str:
         f"  requires:    {', '.join(found.requires) or '-'}",
         f"  optional:    {', '.join(found.optional) or '-'}",
     ]
+    if report.inactive:
+        lines.insert(5, INACTIVE)
     lines += [f"  setting:     {setting.get('env')} (default {setting.get('default')})" for setting in found.settings]
     return "\n".join(lines)
