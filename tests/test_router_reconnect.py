@@ -1,16 +1,11 @@
-"""After a remote backend restarts: the gate decides on its current tool list, a late backend joins, and an
-HTTP backend that lost the router's session has the calls it refused sent again on a new one."""
+"""After a remote stdio backend restarts, the gate decides on its current tool list; a late backend joins."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +16,8 @@ from backends.tickets import tickets_server
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
 
-from centralmcp_batch import HostContractError, _compat, settings
-from centralmcp_batch.hookspecs import hookimpl
-from centralmcp_batch.models import ToolRef
-from centralmcp_batch.router import HttpBackend, Router, StdioBackend
+from centralmcp_batch import HostContractError
+from centralmcp_batch.router import Router, StdioBackend
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
@@ -179,171 +172,3 @@ async def test_a_backend_that_will_not_start_is_told_once_and_retried_with_a_gro
     tries = [record for record in caplog.records if "is unavailable" in record.getMessage()]
     assert 2 <= len(tries) <= 4 and backend.client is None and backend.failures == len(tries)
     assert [record.levelno for record in tries] == [logging.WARNING] + [logging.DEBUG] * (len(tries) - 1)
-
-
-# -- a stateful HTTP backend restarted while the router is idle ----------------------------
-#
-# backends/sessions.py keeps its sessions in memory, as SDK 1.x servers and most others do, so a new
-# process answers the router's old session with HTTP 404, and speaks only the protocol versions that
-# open a session (an SDK 2.x router then keeps one with it, as with them).
-
-SESSIONS = str(HERE / "backends" / "sessions.py")
-
-
-class HttpSessions:
-    """The backend's process on one port, restarted at will, and what it saw: methods, and tool runs."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
-        self.seen, self.runs = tmp_path / "seen", tmp_path / "runs"
-        self.seen.write_text("")
-        self.runs.write_text("")
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    async def start(self, **env: str) -> None:
-        environment = {
-            **os.environ,
-            **env,
-            "SESSIONS_SEEN": str(self.seen),
-            "SESSIONS_CALLS": str(self.runs),
-            "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
-        }
-        command = [sys.executable, SESSIONS, str(self.port)]
-        self.process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with anyio.fail_after(30):
-            while True:
-                try:
-                    await (await anyio.connect_tcp("127.0.0.1", self.port)).aclose()
-                    return
-                except OSError:
-                    await anyio.sleep(0.05)
-
-    async def restart(self, **env: str) -> None:
-        self.stop()
-        self.seen.write_text("")
-        await self.start(**env)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=15)
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def methods(self) -> list[str]:
-        return self.seen.read_text().split()
-
-    def tool_runs(self) -> list[str]:
-        return self.runs.read_text().split()
-
-
-@pytest.fixture
-def http_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpSessions]:
-    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
-    # Before the fix, SDK 1.x held such a batch up to its call time limit (60 s by default).
-    monkeypatch.setenv(settings.CALL_TIMEOUT, "10")
-    backend = HttpSessions(tmp_path)
-    yield backend
-    backend.stop()
-
-
-class RateTokens:
-    """Counts the rate tokens drawn, by tool: one per call, whatever happens to it after."""
-
-    def __init__(self) -> None:
-        self.drawn: list[str] = []
-
-    @hookimpl
-    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
-        self.drawn.append(tool.name)
-
-
-async def whoami_batch(router: Router, *tags: str) -> list[dict[str, Any]]:
-    calls = [{"name": "whoami", "arguments": {"tag": tag}} for tag in tags]
-    with anyio.fail_after(60):
-        answer = await call(router.server, "invoke_read_tool_batch", {"calls": calls})
-    results: list[dict[str, Any]] = answer.structured["results"]
-    return results
-
-
-async def test_an_http_backend_restarted_while_idle_answers_the_next_calls_whole(
-    http_sessions: HttpSessions, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Before: each call the new process refused (HTTP 404, the session is unknown to it) was an error
-    # entry, "backend 'up' went away: McpError", and on SDK 1.x the batch took up to its call time limit.
-    await http_sessions.start()
-    router = Router({"up": HttpBackend(http_sessions.url)})
-    tokens = RateTokens()
-    router.plugin_manager.register(tokens)
-    async with router.connected():
-        first = await whoami_batch(router, "a0", "a1", "a2")
-        await http_sessions.restart()
-        with caplog.at_level(logging.WARNING, logger=BACKENDS_LOG):
-            after = await whoami_batch(router, "b0", "b1", "b2")
-            single = await call(router.server, "invoke_read_tool", {"name": "whoami", "arguments": {"tag": "s"}})
-    assert [item["status"] for item in first + after] == ["ok"] * 6, after
-    assert {item["result"]["pid"] for item in after} == {http_sessions.pid} == {single.structured["pid"]}
-    assert sorted(http_sessions.tool_runs()) == ["a0", "a1", "a2", "b0", "b1", "b2", "s"]  # each ran once
-    assert http_sessions.methods().count("initialize") == 1  # the calls refused together shared one reopen
-    assert tokens.drawn == ["whoami"] * 7  # a call sent again drew no second token
-    told = [record.getMessage() for record in caplog.records]
-    assert sum("no longer knows the router's session" in line for line in told) == 1, told
-    assert not any("went away" in line or "unavailable" in line for line in told), told
-
-
-async def test_a_backend_that_keeps_refusing_the_session_gets_each_call_once_more_not_in_a_loop(
-    http_sessions: HttpSessions,
-) -> None:
-    await http_sessions.start()
-    router = Router({"up": HttpBackend(http_sessions.url)})
-    async with router.connected():
-        await http_sessions.restart(SESSIONS_REFUSE_CALLS="1")  # it refuses every call on every session
-        started = time.perf_counter()
-        results = await whoami_batch(router, "b0", "b1", "b2")
-        elapsed = time.perf_counter() - started
-    refused = "the backend refused the call: it does not know the router's MCP session (HTTP 404)"
-    assert [(item["status"], item["error"]) for item in results] == [("error", refused)] * 3
-    methods = http_sessions.methods()
-    assert methods.count("tools/call") == 6  # each call, and each once more on a new session
-    assert methods.count("initialize") <= 4 and http_sessions.tool_runs() == []
-    assert elapsed < 8, f"{elapsed:.1f}s: the calls waited for their time limit"
-
-
-async def test_the_call_time_limit_bounds_the_first_try_the_reopen_and_the_resend(
-    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(settings.CALL_TIMEOUT, "2")
-    await http_sessions.start()
-    router = Router({"up": HttpBackend(http_sessions.url)})
-    async with router.connected():
-        await http_sessions.restart(SESSIONS_SLOW_INITIALIZE="30")  # it will not answer the reopen in time
-        started = time.perf_counter()
-        results = await whoami_batch(router, "b0", "b1")
-        elapsed = time.perf_counter() - started
-    timed_out = "TimeoutError: the backend call timed out after 2s"
-    assert [(item["status"], item["error"]) for item in results] == [("error", timed_out)] * 2
-    assert "initialize" in http_sessions.methods() and http_sessions.tool_runs() == []
-    assert elapsed < 15, f"{elapsed:.1f}s: the reopen was not bounded by the call time limit"
-
-
-@pytest.mark.skipif(_compat.SDK_2, reason="SDK 1.x's own error for an HTTP 404")
-def test_on_sdk_1_a_404_proves_the_call_never_ran_only_for_a_tool_the_session_listed() -> None:
-    from mcp.shared.exceptions import McpError
-    from mcp.types import ErrorData
-
-    refused = McpError(ErrorData(code=32600, message="Session terminated"))
-    # 1.x lists the tools after a call when its session has not listed this one, to check the result:
-    # a 404 to that list comes after the tool ran.
-    assert _compat._CallRefusal(listed=True).proves_session_unknown(refused)
-    assert not _compat._CallRefusal(listed=False).proves_session_unknown(refused)
-    other = McpError(ErrorData(code=-32600, message="Session terminated"))  # a server's own words
-    assert not _compat._CallRefusal(listed=True).proves_session_unknown(other)

@@ -40,11 +40,6 @@ MIN_PROBE_SECONDS = 0.5
 # with a probe that may wait as long as a call may (the configured call time limit), at least this
 # (a backend busy for a moment is not lost) and at most a handshake.
 MIN_CHECK_SECONDS = 2.0
-# A backend that no longer knows the router's session (HTTP 404: it restarted, or ended the session) refuses
-# every call in flight on it at once, and each is sent again on the next session. Closing the lost session
-# would cut off the refusals still on their way, as failed calls, so it is closed once none is in flight,
-# or after this long.
-LOST_SESSION_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,9 +88,6 @@ class RemoteBackend:
         self.failures = 0  # opens failed in a row
         self.short_lived = 0  # sessions in a row that ended within STABLE_SECONDS of opening
         self._opened_at: float | None = None
-        self._attempted = anyio.Event()  # set, and replaced, each time a session opens or fails to
-        # the session the backend said it no longer knows, until the try to replace it has ended
-        self._lost: _compat.ClientHandle | None = None
         self._closing = anyio.Event()
         self.stopped = anyio.Event()  # ``run`` has returned: no session is open, nor will one be
 
@@ -106,18 +98,13 @@ class RemoteBackend:
                     await self._session()
                 except Exception as exc:  # a backend that will not start is reported, the rest serve on
                     self._failed(describe_failure(exc))
-                if self._opened_at is None:  # it never opened
-                    self._attempt_ended()
                 self._count_short_lived()
                 self.client = None
-                # A backend that said it lost the session is up: the calls it refused wait for the next one.
-                delay = 0.0 if self._lost is not None else self.retry_delay()
                 self._broken, self._check_wanted = anyio.Event(), anyio.Event()
                 self.first_attempt.set()
-                with anyio.move_on_after(delay):
+                with anyio.move_on_after(self.retry_delay()):
                     await self._closing.wait()
         finally:
-            self._attempt_ended()  # no session will open: the calls waiting for one hear it
             self.stopped.set()
 
     def close(self) -> None:
@@ -170,7 +157,6 @@ class RemoteBackend:
                 self.client, self.error, self.failures = client, None, 0
                 self._opened_at = anyio.current_time()
                 self.first_attempt.set()
-                self._attempt_ended()
                 await self._hold(client)
         if handshake.cancelled_caught:
             raise TimeoutError(f"no answer to the MCP handshake within {HANDSHAKE_SECONDS:g}s")
@@ -182,16 +168,6 @@ class RemoteBackend:
             checks.start_soon(self._break_when_ended, client)
             await self._broken.wait()
             checks.cancel_scope.cancel()
-        if client is self._lost:
-            with anyio.move_on_after(LOST_SESSION_GRACE):
-                while client.calls_in_flight:
-                    await anyio.sleep(0.01)
-
-    def _attempt_ended(self) -> None:
-        """Wake the calls waiting for a session: one is open (``client``), or the try failed (``error``)."""
-        self._lost = None
-        self._attempted.set()
-        self._attempted = anyio.Event()
 
     async def _break_when_ended(self, client: _compat.ClientHandle) -> None:
         # A stdio backend that exits while idle (a crash, an OOM kill) is reopened now, not after
@@ -224,58 +200,21 @@ class RemoteBackend:
             self._check_wanted.set()
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
-        client = self._connected()
+        client = self.client
+        if client is None:
+            raise ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
         try:
-            if client is self._lost:  # being closed: a call sent on it now would be refused too
-                client = await self._reopened(client)
-            try:
-                return await self._call(client, tool, arguments, may_resend=True)
-            except _compat.SessionUnknown:
-                # The backend refused the call for its session (HTTP 404 to the call itself) before the
-                # call reached any tool: nothing ran, and no request went further. Sent once more, on the
-                # session that replaces it, the call runs once, as asked; so this would be safe for any
-                # tool, though only read-only ones come this far (the gate blocks the rest). It is still
-                # this call, in its own time limit, with the rate token it was given.
-                client = await self._reopened(client)
-            return await self._call(client, tool, arguments, may_resend=False)
+            return await self._call(client, tool, arguments)
         except anyio.get_cancelled_exc_class():
             # Cut off, by its time limit most often, or while it probed: the probe that decides runs
             # in the backend's task, as this call's own work may not outlive its cancellation.
             self._check(client)
             raise
 
-    def _connected(self) -> _compat.ClientHandle:
-        if self.client is None:
-            raise self._not_connected()
-        return self.client
-
-    def _not_connected(self) -> ConnectionError:
-        return ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
-
-    async def _reopened(self, lost: _compat.ClientHandle) -> _compat.ClientHandle:
-        """The session that replaces ``lost``, a session the backend no longer knows; calls refused on it share it."""
-        if lost is self.client and self._lost is not lost:
-            log.warning(
-                "backend %r no longer knows the router's session (HTTP 404: it restarted, or ended the session); "
-                "reopening it, and sending the calls it refused again",
-                self.name,
-            )
-            self._lost = lost
-            self._broken.set()
-        while self.client is None or self.client is lost:
-            if self._lost is not lost:  # no reopen under way: the try failed, or the router is stopping
-                raise self._not_connected()
-            await self._attempted.wait()
-        return self.client
-
-    async def _call(
-        self, client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any], *, may_resend: bool
-    ) -> _compat.Answer:
+    async def _call(self, client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
         try:
             return await client.call_tool(tool, arguments)
         except Exception as exc:
-            if may_resend and isinstance(exc, _compat.SessionUnknown):
-                raise
             # A JSON-RPC error, or an answer the client refuses, fails this call alone: tearing the
             # session down for it would fail every other call in flight on it. Only a session that
             # no longer answers is reopened.
@@ -321,8 +260,6 @@ async def _probe(client: _compat.ClientHandle, seconds: float) -> bool | None:
 
 def _failed_call(exc: Exception) -> _compat.Answer:
     """A call the backend answered with a JSON-RPC error, or that the client refused, as an error answer."""
-    if isinstance(exc, _compat.SessionUnknown):  # refused again, on the session opened for it
-        return _compat.Answer(is_error=True, text=f"the backend refused the call: {exc}")
     message = _compat.error_response_text(exc)
     if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
         return _compat.Answer(is_error=True, text=message)
