@@ -138,6 +138,19 @@ async def test_a_clipped_read_resumes_inside_a_batch_with_its_cursor(router: Rou
     assert page["next_cursor"] not in str(response)
 
 
+async def test_a_batch_entry_is_bounded_no_looser_than_the_same_single_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A one-entry batch's share of the 300,000-byte batch budget is far above this single-read bound.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", "4000")
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+    router = Router({"tickets": tickets_server()})
+    single = (await call(router.server, "invoke_read_tool", {"name": "list_tickets"})).structured
+    entry = (await batch(router.server, [{"name": "list_tickets"}]))["results"][0]
+    assert entry["status"] == "ok" and single["_response_bounds"]["clipped"]
+    assert len(entry["result"]["tickets"]) == len(single["tickets"]) < 200
+    assert entry["result"]["_pagination"] == single["_pagination"]
+    assert len(_compat_json(entry["result"])) <= 4000
+
+
 async def test_cursors_expire_and_shared_keys_cross_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_CURSOR_KEY", "shared-secret")
     one, two = Router({"t": tickets_server()}), Router({"t": tickets_server()})

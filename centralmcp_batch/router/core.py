@@ -181,7 +181,9 @@ class Router:
             return {"error": str(exc)}
         if answer.is_error:
             return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
-        bounds = Bounds(self.max_items, max_bytes or self.max_bytes)
+        # A batch entry's share of the batch budget may be larger than a single read's own bound: an
+        # entry is never bounded looser than the same read alone would be.
+        bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
 
