@@ -334,6 +334,32 @@ async def test_a_router_bounding_without_max_bytes_is_called_without_it(
     assert item["status"] == "ok" and item["result"]["_response_bounds"]["byte_limit"] == 200_000
 
 
+async def test_an_entry_is_never_bounded_looser_than_a_single_read_of_it(
+    adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The router's single-read bound below a one-entry batch's share (about 300,000 bytes): the entry
+    # is clipped where invoke_read_tool clips, a page as the same page and a preview at the same length.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES", "2048")
+    page_args = {"site_id": "hq", "count": 150}
+    single_page = single_read(
+        await call(adopted.mcp, "invoke_read_tool", {"name": "list_devices", "arguments": page_args})
+    )
+    entry_page = (await batch(adopted, [{"name": "list_devices", "arguments": page_args}]))["results"][0]["result"]
+    assert single_page["_response_bounds"]["byte_limit"] == 2048 and 0 < len(single_page["devices"]) < 150
+    assert entry_page["devices"] == single_page["devices"]
+    assert entry_page["_response_bounds"] == single_page["_response_bounds"]
+
+    report_args = {"site_id": "hq", "notes_kb": 20}
+    single_preview = single_read(
+        await call(adopted.mcp, "invoke_read_tool", {"name": "get_webhook_report", "arguments": report_args})
+    )
+    entry_preview = (await batch(adopted, [{"name": "get_webhook_report", "arguments": report_args}]))["results"][0][
+        "result"
+    ]
+    assert len(single_preview["preview"]) == 2048
+    assert entry_preview["_response_bounds"]["byte_limit"] == 2048 and len(entry_preview["preview"]) == 2048
+
+
 async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(
     router: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -104,11 +104,22 @@ class CentralMCPHooks:
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
             return {"error": _error_text(e, self._backend_tool(tool.name))}
-        answer = self._bound(result, max_bytes, resume or 0, tool.name, args)
+        limit = self._entry_limit(max_bytes)
+        answer = self._bound(result, limit, resume or 0, tool.name, args)
         if _clipped(answer):  # a page, or a preview of the text
             bound = functools.partial(self._bound, offset=resume or 0, name=tool.name, args=args)
-            answer = self._refit(answer, result, bound, max_bytes)
+            answer = self._refit(answer, result, bound, limit, max_bytes)
         return answer
+
+    def _entry_limit(self, share: int) -> int:
+        """The bytes an entry is bounded at: its share, but never more than a single read of the router gets.
+
+        The router bounds ``invoke_read_tool`` at its own byte budget (``CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES``);
+        a share above that (a batch of one, or of a few under a lowered budget) would let an entry
+        answer more than the same read alone may.
+        """
+        single_read_bytes = getattr(self.router, "_response_budget_bytes", None)
+        return min(share, int(single_read_bytes())) if callable(single_read_bytes) else share
 
     def _bound(self, value: Any, limit: int, offset: int, name: str, args: dict[str, Any]) -> Any:
         """The router's own bounding of ``value``, to ``limit`` bytes where the router takes a limit per call."""
@@ -117,14 +128,14 @@ class CentralMCPHooks:
             value, offset=offset, enable_cursor=True, tool_name=name, tool_arguments=args, **bounds
         )
 
-    def _refit(self, answer: Any, result: Any, bound: Callable[[Any, int], Any], max_bytes: int) -> Any:
+    def _refit(self, answer: Any, result: Any, bound: Callable[[Any, int], Any], limit: int, max_bytes: int) -> Any:
         """A clipped answer with no secret left in a preview, and within the entry's share (see ``_within_share``)."""
         if _is_preview(answer):
             # A preview is the result's JSON text, cut: the router's secret tokenizer reads keys and finds none
             # in it. A batch entry's share is small enough that previews are common, so this one is made of
             # the result with its secret-named keys' values blanked out.
             result = without_secrets(result)
-            answer = bound(result, max_bytes)
+            answer = bound(result, limit)
         if self._bounds_per_call:
             answer = _within_share(answer, functools.partial(bound, result), max_bytes)
         return answer

@@ -85,6 +85,11 @@ def _env_positive_int(name: str, default: int, *, minimum: int = 1) -> int:
     return value if value >= minimum else default
 
 
+def _response_budget_bytes() -> int:
+    """The bytes a single read is bounded at (the router reads its environment on every call)."""
+    return _env_positive_int(_RESPONSE_BUDGET_BYTES_ENV, 200_000, minimum=_RESPONSE_BUDGET_MIN_BYTES)
+
+
 def _json_byte_size(value: Any) -> int | None:
     try:
         return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
@@ -116,9 +121,7 @@ def _bound_router_response(
     items_budget = max(
         1, min(max_items or _env_positive_int(_RESPONSE_BUDGET_ITEMS_ENV, MAX_LIST_LIMIT), MAX_LIST_LIMIT)
     )
-    bytes_budget = max_bytes or _env_positive_int(
-        _RESPONSE_BUDGET_BYTES_ENV, 200_000, minimum=_RESPONSE_BUDGET_MIN_BYTES
-    )
+    bytes_budget = max_bytes or _response_budget_bytes()
     resume_offset = max(0, int(offset or 0))
     data = {"items": result} if isinstance(result, list) else result
     lists = [(len(v), k) for k, v in data.items() if isinstance(v, list) and k != "_pagination"]
