@@ -108,6 +108,7 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
         "get_device",
         "get_device_events",
         "get_radio_stats",
+        "get_client_details",
         "get_webhook",
         "check_webhook_secret",
         "get_webhook_report",

@@ -181,6 +181,27 @@ async def test_the_audit_outcome_is_error_for_a_failed_entry_and_success_when_al
     assert {tuple(r["argument_keys"]) for r in batches} == {("calls",)}
 
 
+async def test_a_read_failing_in_an_errors_list_is_an_ok_entry_where_a_single_read_is_enveloped(
+    router: ModuleType, client: _compat.ClientHandle
+) -> None:
+    # As documented: the envelope and the audit judge the whole answer of a call, so a read answering
+    # {"errors": [...]} with no error key fails as a single read and is an ok entry of an ok batch.
+    details = {"name": "get_client_details", "arguments": {"mac": "aa:bb"}}
+    single = single_read(await client.call_tool("invoke_read_tool", details))
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": [details]})
+    read = {"mac": "aa:bb", "details": None, "errors": ["404 at /clients/aa:bb"]}
+    assert single == {
+        "ok": False,
+        "status": 500,
+        "data": read,
+        "message": "404 at /clients/aa:bb",
+        "tool": "invoke_read_tool",
+        "platform": None,
+    }
+    assert answer.structured["ok"] is True and answer.structured["results"][0]["result"] == read
+    assert [r["outcome"] for r in audit(router).records] == ["error", "success"]
+
+
 def own_batch_router(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The router in default mode serving its own batch, with the same middleware chain."""
     module = load_router(monkeypatch, "default")

@@ -13,10 +13,12 @@ none of its code is copied.
   secret-named keys in a result become ``cmcp_secret_<32 hex>`` tokens, kept per client session;
   a token found anywhere in a later call's arguments is swapped back for its value. (The
   router runs on SDK 1.x; on 2.x, where a session object lasts one request, one scope is kept.)
-- ``ResponseEnvelopeMiddleware``: a dict result with an ``error`` key or a failure ``status`` is
-  wrapped as ``{ok: false, status, data, message, tool, platform}``; others pass untouched.
+- ``ResponseEnvelopeMiddleware``: a dict result with an ``error`` key, a failure ``status`` (by
+  name, or a number of 400 and up, also as digits) or a non-empty ``errors`` list is wrapped as
+  ``{ok: false, status, data, message, tool, platform}``; others pass untouched.
 - ``AuditLogMiddleware``: one record per call with the outcome: ``error`` for a dict whose ``ok``
-  is false or that has an ``error``, a failure ``status`` by name, else ``success``.
+  is false, that has an ``error`` or a non-empty ``errors`` list, a failure ``status`` by name,
+  else ``success``.
 """
 
 from __future__ import annotations
@@ -158,11 +160,18 @@ class SecretTokenizeMiddleware:
 
 def failure_status(result: dict[str, Any]) -> int | None:
     status = result.get("status")
-    if isinstance(status, int) and status >= 400:
-        return status
+    code = int(status) if isinstance(status, str) and status.isdigit() else status
+    if isinstance(code, int) and code >= 400:
+        return code
     if isinstance(status, str) and status.strip().lower() in _FAILURE_STATUS:
         return _FAILURE_STATUS[status.strip().lower()]
-    return 500 if "error" in result else None
+    return 500 if "error" in result or _listed_errors(result) else None
+
+
+def _listed_errors(result: dict[str, Any]) -> list[Any]:
+    """The entries of the result's ``errors`` list: a failure the envelope and the audit both see."""
+    errors = result.get("errors")
+    return errors if isinstance(errors, list) else []
 
 
 class ResponseEnvelopeMiddleware:
@@ -173,6 +182,8 @@ class ResponseEnvelopeMiddleware:
         if status is None:
             return None
         message = next((str(result[k]) for k in ("message", "error", "detail") if result.get(k)), None)
+        if message is None and _listed_errors(result):
+            message = "; ".join(str(error) for error in _listed_errors(result))
         return {"ok": False, "status": status, "data": result, "message": message, "tool": name, "platform": None}
 
 
@@ -182,7 +193,7 @@ class ResponseEnvelopeMiddleware:
 def classify_outcome(result: Any) -> str:
     if not isinstance(result, dict):
         return "success"
-    if result.get("ok") is False or result.get("error"):
+    if result.get("ok") is False or result.get("error") or _listed_errors(result):
         return "error"
     status = str(result.get("status") or "").strip().lower()
     return status if status in _FAILURE_STATUS else "success"

@@ -38,6 +38,13 @@ def get_radio_stats(serial: str) -> dict[str, Any]:
     raise RuntimeError(f"radio service unavailable for {serial}")
 
 
+@mcp.tool(annotations=READ_ONLY)
+def get_client_details(mac: str) -> dict[str, Any]:
+    # A read that reports its upstream's failures in an errors list, with no error key.
+    calls.append(("get_client_details", {"mac": mac}))
+    return {"mac": mac, "details": None, "errors": [f"404 at /clients/{mac}"]}
+
+
 WEBHOOK_SECRET = "whsec-7f3a9c"
 
 
