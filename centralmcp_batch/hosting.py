@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import re
+import weakref
 from dataclasses import dataclass
 from importlib import metadata
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import pluggy
@@ -38,14 +42,134 @@ def install(server: Any, *host_plugins: object, entry_points: bool = True) -> pl
     under a name the server already publishes), and two distributions giving the same entry
     point name, stop it too, with a ``PluginError`` naming the entry point and the distribution.
     """
+    _check_server(server)
+    _check_host_plugins(host_plugins)
     pm = plugin_manager(*host_plugins)
     pm.check_pending()  # the host's own implementations: pluggy's error, which names the plugin object
     if entry_points:
         load_entry_points(pm)
     for report in plugin_reports(pm):
-        report.raise_if_unsatisfied()
+        if report.missing:
+            raise HostContractError(f"{report.unsatisfied()}. {_how_to_implement(report.missing, host_plugins)}")
+    published = _tool_names(server)
     _register_tools(server, pm)
+    _INSTALLED[server] = frozenset(_tool_names(server) - published)
     return pm
+
+
+# The tools ``install`` added to each server it served: a second install while they are published would
+# add them twice. One that removed them first (the CentralMCP adapter's ``replace``) installs anew.
+_INSTALLED: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _tool_names(server: Any) -> set[str]:
+    from . import _compat  # here, so that the rest of hosting imports without the MCP SDK (and its OpenTelemetry)
+
+    return set(_compat.tool_names(server))
+
+
+def _check_server(server: Any) -> None:
+    from . import _compat  # here, so that the rest of hosting imports without the MCP SDK (and its OpenTelemetry)
+
+    if not _compat.is_server(server):
+        # As it is imported (mcp.server.fastmcp.FastMCP), not where it is defined (….fastmcp.server.FastMCP).
+        kind = f"{_compat.Server.__module__.removesuffix('.server')}.{_compat.Server.__qualname__}"
+        raise HostContractError(
+            f"hosting.install needs your MCP server, a {kind} (the MCP SDK line installed here), "
+            f"as its first argument; it was given {_what(server)}"
+        )
+    if _INSTALLED.get(server, frozenset()) & _tool_names(server):
+        raise HostContractError(
+            "hosting.install was already called on this server: call it once per server (the PluginManager it "
+            "returned holds every plugin, and pm.register(plugin) adds one later)"
+        )
+
+
+def _check_host_plugins(host_plugins: tuple[object, ...]) -> None:
+    """A host's own mistakes, told in its terms before pluggy tells them in its own (or not at all)."""
+    seen: set[int] = set()
+    for plugin in host_plugins:
+        if id(plugin) in seen:
+            raise HostContractError(f"hosting.install was given {_what(plugin)} twice: pass each host plugin once")
+        seen.add(id(plugin))
+        marked = _marked(plugin)
+        if isinstance(plugin, type) and any(_takes_self(plugin, attribute) for attribute in marked):
+            raise HostContractError(
+                f"hosting.install was given the class {plugin.__name__}, not an instance: its hooks take self, "
+                f"so pass {plugin.__name__}(...)"
+            )
+        for attribute, hook in marked.items():
+            _check_marked(plugin, attribute, hook)
+
+
+def _marked(plugin: object) -> dict[str, str]:
+    """The attributes of ``plugin`` marked with ``hookimpl``, as pluggy finds them, and the hook each implements."""
+    probe = pluggy.PluginManager(PROJECT)
+    found = {}
+    for attribute in dir(plugin):
+        opts = probe.parse_hookimpl_opts(plugin, attribute)
+        if opts is not None:
+            found[attribute] = opts.get("specname") or attribute
+    return found
+
+
+def _takes_self(cls: type, name: str) -> bool:
+    function = inspect.getattr_static(cls, name)
+    return inspect.isfunction(function) and next(iter(inspect.signature(function).parameters), None) == "self"
+
+
+def _check_marked(plugin: object, attribute: str, name: str) -> None:
+    """A marked hook of the host names a hook of the contract and takes only arguments the hook passes."""
+    hook = getattr(hookspecs, name, None)
+    where = f"{_what(plugin)}.{attribute}"
+    if hook is None or not hasattr(hook, f"{PROJECT}_spec"):
+        close = difflib.get_close_matches(name, _SPECS, n=1)
+        guess = f": did you mean {close[0]!r}?" if close else f". The hooks are {', '.join(_SPECS)}"
+        raise pluggy.PluginValidationError(plugin, f"{where} is marked @hookimpl, but there is no hook {name!r}{guess}")
+    spec = list(inspect.signature(hook).parameters)
+    function = getattr(plugin, attribute)
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - a callable without a signature: pluggy will tell
+        return
+    required = [
+        p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if isinstance(plugin, type) and required[:1] == ["self"]:
+        required = required[1:]
+    unknown = [arg for arg in required if arg not in spec]
+    if unknown:
+        raise pluggy.PluginValidationError(
+            plugin,
+            f"{where} takes {', '.join(map(repr, unknown))}, which {name} does not pass: it is called with "
+            f"({', '.join(spec)}) by name, and an implementation may take any of them, spelled so",
+        )
+
+
+_SPECS = tuple(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), f"{PROJECT}_spec"))
+
+
+def _how_to_implement(missing: tuple[str, ...], host_plugins: tuple[object, ...]) -> str:
+    """What the host author can do about required hooks nobody implements."""
+    if not host_plugins:
+        return "Pass the object that implements them to hosting.install(server, your_hooks)"
+    for plugin in host_plugins:
+        for hook in missing:
+            function = getattr(plugin, hook, None)
+            if callable(function):
+                markers = getattr(getattr(function, "__func__", function), "__dict__", {})
+                other = [key.removesuffix("_impl") for key in markers if key.endswith("_impl")]
+                marker = f" (it is marked for the project {other[0]!r})" if other else ""
+                return (
+                    f"{_what(plugin)}.{hook} is not marked as a hook{marker}: decorate it with "
+                    "centralmcp_batch.hookspecs.hookimpl"
+                )
+    return "Implement them with centralmcp_batch.hookspecs.hookimpl on an object passed to hosting.install"
+
+
+def _what(value: object) -> str:
+    """A host plugin as its author knows it: its class, or the class or module it is."""
+    return value.__name__ if isinstance(value, (type, ModuleType)) else type(value).__name__
 
 
 def load_entry_points(pm: pluggy.PluginManager) -> None:
@@ -184,12 +308,13 @@ class PluginReport:
         """Its manifest lists hooks it implements, and it registered none (an optional dependency missing)."""
         return self.registered == () and self.manifest is not None and bool(self.manifest.implements)
 
+    def unsatisfied(self) -> str:
+        hooks = ", ".join(repr(name) for name in self.missing)
+        return f"plugin {self.name!r} requires host hook {hooks}, which no registered plugin implements"
+
     def raise_if_unsatisfied(self) -> None:
         if self.missing:
-            hooks = ", ".join(repr(name) for name in self.missing)
-            raise HostContractError(
-                f"plugin {self.name!r} requires host hook {hooks}, which no registered plugin implements"
-            )
+            raise HostContractError(self.unsatisfied())
 
 
 def plugin_reports(pm: pluggy.PluginManager) -> list[PluginReport]:

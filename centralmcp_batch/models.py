@@ -25,7 +25,8 @@ FAILED_STATUSES = ("invalid_call", "unknown_tool", "blocked", "invalid_cursor", 
 class ToolRef:
     """A backend tool as the host's catalog knows it.
 
-    ``annotations`` are MCP ToolAnnotations with their camelCase keys;
+    ``annotations`` are MCP ToolAnnotations with their camelCase keys (an MCP ``ToolAnnotations``
+    model is taken as its fields, None as none);
     ``concurrency`` caps how many calls run at once on that tool's server.
     """
 
@@ -33,6 +34,20 @@ class ToolRef:
     server: str | None
     annotations: Mapping[str, Any] = field(default_factory=dict)
     concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        annotations = self.annotations
+        if type(annotations) is dict:
+            return
+        if annotations is None:
+            object.__setattr__(self, "annotations", {})
+        elif isinstance(annotations, BaseModel):  # an MCP ToolAnnotations, say a listed Tool's own
+            object.__setattr__(self, "annotations", annotations.model_dump(by_alias=True, exclude_none=True))
+        elif not isinstance(annotations, Mapping):
+            raise TypeError(
+                f"ToolRef {self.name!r}: annotations must be MCP ToolAnnotations as a mapping with their camelCase "
+                f"keys ({{'readOnlyHint': True}}), a ToolAnnotations or None; got a {type(annotations).__name__}"
+            )
 
     @property
     def read_only(self) -> bool:

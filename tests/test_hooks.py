@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import mcp.types
+import pluggy
 import pytest
 
-from centralmcp_batch import InvalidCursor, ToolRef, batch_tool, engine, hosting
+from centralmcp_batch import HostContractError, InvalidCursor, ToolRef, _compat, batch_tool, engine, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
+from centralmcp_batch.testing import call
 
 pytestmark = pytest.mark.anyio
 READ = {"readOnlyHint": True}
@@ -248,3 +251,143 @@ async def test_observers_see_items_and_batches_and_their_failures_are_ignored() 
     assert response["counts"]["total"] == 2
     assert sorted(seen["items"]) == [("one", True), ("two", True)]
     assert seen["batches"] == [{"total": 2, "succeeded": 1, "failed": 1}]
+
+
+# -- a host author's mistakes, told at install in the author's terms --------------------
+
+
+class MyHooks(SyncHost):
+    """A complete host: the base every mistake below changes one thing of."""
+
+
+class Misspelled(MyHooks):
+    @hookimpl
+    def centralmcp_findtool(self, name: str) -> None:
+        return None
+
+
+class WrongArgument(MyHooks):
+    @hookimpl
+    def centralmcp_find_tool(self, tool_name: str) -> None:  # type: ignore[override]
+        return None
+
+
+class Unmarked:
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
+        return None
+
+    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
+        return None
+
+    def centralmcp_dispatch_read(self, tool: ToolRef) -> Any:
+        return {}
+
+
+other_project = pluggy.HookimplMarker("myrouter")
+
+
+class MarkedForAnotherProject:
+    @other_project
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
+        return None
+
+
+TWICE = MyHooks()
+
+
+@pytest.mark.parametrize(
+    ("host_plugins", "error", "told"),
+    [
+        (
+            (Misspelled(),),
+            pluggy.PluginValidationError,
+            "Misspelled.centralmcp_findtool is marked @hookimpl, but "
+            "there is no hook 'centralmcp_findtool': did you mean 'centralmcp_find_tool'?",
+        ),
+        (
+            (WrongArgument(),),
+            pluggy.PluginValidationError,
+            "WrongArgument.centralmcp_find_tool takes 'tool_name', "
+            "which centralmcp_find_tool does not pass: it is called with (name) by name",
+        ),
+        (
+            (Unmarked(),),
+            HostContractError,
+            "Unmarked.centralmcp_find_tool is not marked as a hook: decorate it "
+            "with centralmcp_batch.hookspecs.hookimpl",
+        ),
+        ((MarkedForAnotherProject(),), HostContractError, "(it is marked for the project 'myrouter')"),
+        ((), HostContractError, "Pass the object that implements them to hosting.install(server, your_hooks)"),
+        ((MyHooks,), HostContractError, "was given the class MyHooks, not an instance: its hooks take self"),
+        ((TWICE, TWICE), HostContractError, "was given MyHooks twice: pass each host plugin once"),
+    ],
+    ids=["misspelled", "wrong-argument", "unmarked", "other-marker", "none", "class", "twice"],
+)
+def test_a_host_plugin_mistake_is_told_in_the_authors_terms(
+    host_plugins: tuple[object, ...], error: type[Exception], told: str
+) -> None:
+    server = _compat.new_server("mistake")
+    with pytest.raises(error) as refused:
+        hosting.install(server, *host_plugins)
+    assert told in str(refused.value)
+    assert not _compat.has_tool(server, batch_tool.TOOL_NAME)
+
+
+def test_install_refuses_what_is_not_the_mcp_server_and_a_second_install() -> None:
+    with pytest.raises(HostContractError, match=r"hosting.install needs your MCP server, a mcp\.server\.\w+\.\w+ "):
+        hosting.install(object(), MyHooks())
+    server = _compat.new_server("installed")
+    hosting.install(server, MyHooks())
+    with pytest.raises(HostContractError, match="hosting.install was already called on this server"):
+        hosting.install(server, MyHooks())
+
+
+class FewerArgumentsAndASpecname:
+    """Within the contract: fewer arguments than the spec, one with a default, a hook under another name."""
+
+    @hookimpl(specname="centralmcp_find_tool")
+    def catalog(self, name: str, flavour: str = "plain") -> ToolRef | None:
+        return ToolRef(name, "srv", READ)
+
+    @hookimpl
+    def centralmcp_read_gate(self) -> None:
+        return None
+
+    @hookimpl
+    def centralmcp_dispatch_read(self, tool: ToolRef) -> Any:
+        return {"read": tool.name}
+
+
+async def test_what_the_contract_allows_still_installs_and_reads() -> None:
+    server = _compat.new_server("allowed")
+    hosting.install(server, FewerArgumentsAndASpecname())
+    answer = await call(server, batch_tool.TOOL_NAME, {"calls": [{"name": "get_a"}]})
+    assert answer.structured is not None and answer.structured["results"][0]["result"] == {"read": "get_a"}
+
+
+class ListedToolAnnotations(SyncHost):
+    """A catalog that keeps the backends' listed MCP tools and passes their annotations on as they are."""
+
+    LISTED = {
+        "get_a": mcp.types.ToolAnnotations(readOnlyHint=True),
+        "set_b": mcp.types.ToolAnnotations(readOnlyHint=False),
+        "get_c": None,
+    }
+
+    @hookimpl
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
+        return ToolRef(name, "srv", self.LISTED[name]) if name in self.LISTED else None
+
+
+async def test_a_tool_ref_takes_mcps_tool_annotations_and_none() -> None:
+    # Before, a ToolAnnotations had no .get: the gate raised and every read was blocked as 'the read gate failed'.
+    server = _compat.new_server("listed")
+    hosting.install(server, ListedToolAnnotations())
+    answer = await call(
+        server, batch_tool.TOOL_NAME, {"calls": [{"name": name} for name in ListedToolAnnotations.LISTED]}
+    )
+    assert answer.structured is not None
+    assert [item["status"] for item in answer.structured["results"]] == ["ok", "blocked", "blocked"]
+    assert answer.structured["results"][1]["error"] == "Tool 'set_b' is not read-only."
+    with pytest.raises(TypeError, match=r"ToolRef 'x': annotations must be MCP ToolAnnotations as a mapping"):
+        ToolRef("x", "srv", ["readOnlyHint"])  # type: ignore[arg-type]

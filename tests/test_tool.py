@@ -244,7 +244,7 @@ def test_minimal_mode_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_server_that_already_has_the_tool_is_refused() -> None:
     server = _compat.new_server("twice")
-    hosting.install(server, sample_host())
+    server.tool(name="invoke_read_tool_batch")(lambda: "the host's own batch")
     with pytest.raises(HostContractError, match="already publishes 'invoke_read_tool_batch'"):
         hosting.install(server, sample_host())
     assert batch_tool.TOOL_NAME == "invoke_read_tool_batch"
