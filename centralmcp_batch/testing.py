@@ -31,6 +31,8 @@ from .router.cursors import CursorSigner
 
 READ = {"readOnlyHint": True}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
+# The write the kit asks a gate about for a host that publishes none (HostConformance.write_tool None).
+STAND_IN_WRITE = "centralmcp-conformance-write"
 
 
 @dataclass
@@ -155,7 +157,8 @@ class _Spy:
 class HostConformance:
     """The contract a host's hooks must keep. Subclass and provide the fixtures below.
 
-    Set ``read_tool``, ``write_tool`` and ``read_arguments``, and give a ``host_plugins`` fixture.
+    Set ``read_tool``, ``write_tool`` (None when your host publishes no write tool) and
+    ``read_arguments``, and give a ``host_plugins`` fixture.
     What only your host knows, the kit asks for, and skips the check that needs it without:
     ``read_server`` (the backend that serves ``read_tool``), ``tokens_drawn(host_plugins)`` (how
     many tokens your own limiter has handed out) and ``next_cursor(result)`` (where your bounded
@@ -163,7 +166,9 @@ class HostConformance:
     """
 
     read_tool: str = ""
-    write_tool: str = ""
+    #: A tool of your host that is not read-only, or None when it publishes none: the gate is then
+    #: asked about a stand-in write, and the checks that need a write by name are skipped.
+    write_tool: str | None = ""
     read_arguments: Mapping[str, Any] = {}
     #: The backend that serves ``read_tool``, as your clients know it; None skips the check that
     #: ``centralmcp_find_tool`` names it.
@@ -197,8 +202,23 @@ class HostConformance:
     def host_plugins(self) -> list[object]:  # pragma: no cover - the subclass provides it
         raise NotImplementedError("give HostConformance a host_plugins fixture")
 
+    def _names_are_set(self) -> None:
+        if not self.read_tool:
+            pytest.fail("set read_tool to the name of a read tool of your host", pytrace=False)
+        if self.write_tool == "":
+            pytest.fail(
+                "set write_tool to the name of a write tool of your host, or to None when it publishes none",
+                pytrace=False,
+            )
+
+    def _needs_write_tool(self) -> str:
+        if self.write_tool is None:
+            pytest.skip("write_tool is None: this check needs a write tool of your host by name")
+        return self.write_tool
+
     @pytest.fixture
     def conformance(self, host_plugins: list[object]) -> tuple[Any, _Spy]:
+        self._names_are_set()
         spy = _Spy()
         server = _compat.new_server("centralmcp-conformance")
         hosting.install(server, *host_plugins, spy)
@@ -213,24 +233,28 @@ class HostConformance:
 
     async def test_gate_refusals_never_reach_dispatch(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
-        response = await self.batch(server, [{"name": self.write_tool, "arguments": {}}])
+        write_tool = self._needs_write_tool()
+        response = await self.batch(server, [{"name": write_tool, "arguments": {}}])
         item = response["results"][0]
-        assert item["status"] == "blocked", f"the write tool {self.write_tool!r} was not blocked: {item}"
+        assert item["status"] == "blocked", f"the write tool {write_tool!r} was not blocked: {item}"
         assert spy.dispatches == [] and spy.tokens == 0, "a blocked call drew a token or reached dispatch"
 
     def reads_and_refusals(self) -> list[dict[str, Any]]:
-        """Three reads of ``read_tool``, then a blocked, an unknown and an invalid entry."""
+        """Three reads of ``read_tool``, then a blocked (with a ``write_tool``), an unknown and an invalid entry."""
         calls: list[dict[str, Any]] = [
             {"name": self.read_tool, "arguments": dict(self.read_arguments)} for _ in range(3)
         ]
-        return calls + [{"name": self.write_tool}, {"name": "no-such-tool-anywhere"}, {"name": 7}]
+        blocked = [] if self.write_tool is None else [{"name": self.write_tool}]
+        return calls + blocked + [{"name": "no-such-tool-anywhere"}, {"name": 7}]
 
     async def test_one_token_per_backend_call(self, conformance: tuple[Any, _Spy]) -> None:
         server, spy = conformance
         response = await self.batch(server, self.reads_and_refusals())
-        statuses = [item["status"] for item in response["results"]]
-        assert statuses[3:] == ["blocked", "unknown_tool", "invalid_call"], (
-            f"expected the write tool blocked, an unknown name unknown_tool, a bad entry invalid_call: {response}"
+        refusals = (
+            ["unknown_tool", "invalid_call"] if self.write_tool is None else ["blocked", "unknown_tool", "invalid_call"]
+        )
+        assert [item["status"] for item in response["results"]][3:] == refusals, (
+            f"expected the reads ok, then {', '.join(refusals)}: {_outline(response)}"
         )
         assert spy.tokens == len(spy.dispatches) == 3, (
             f"3 reads called centralmcp_acquire_rate_token {spy.tokens} times and made {len(spy.dispatches)} "
@@ -277,7 +301,7 @@ class HostConformance:
         assert [item["id"] for item in response["results"]] == [f"call-{i}" for i in range(6)]
         assert [item["index"] for item in response["results"]] == list(range(6))
         assert response["ok"] is True and response["counts"] == {"total": 6, "succeeded": 6, "failed": 0}, (
-            f"6 reads of {self.read_tool!r} with read_arguments did not all succeed: {response}"
+            f"6 reads of {self.read_tool!r} with read_arguments did not all succeed: {_outline(response)}"
         )
 
     # -- the hooks asked directly: what the batch's own answer cannot show ------------------
@@ -285,6 +309,7 @@ class HostConformance:
     @pytest.fixture
     def host_hooks(self, host_plugins: list[object]) -> Any:
         """The host's hooks as pluggy calls them, on a fresh server, with no spy in between."""
+        self._names_are_set()
         return hosting.install(_compat.new_server("centralmcp-conformance-hooks"), *host_plugins).hook
 
     async def found(self, hooks: Any, name: str) -> ToolRef:
@@ -294,6 +319,8 @@ class HostConformance:
 
     async def test_find_tool_answers_the_tool_asked_for(self, host_hooks: Any) -> None:
         for name in (self.read_tool, self.write_tool):
+            if name is None:
+                continue
             tool = await self.found(host_hooks, name)
             assert tool.name == name, (
                 f"centralmcp_find_tool({name!r}) answered a ToolRef named {tool.name!r}: "
@@ -320,23 +347,38 @@ class HostConformance:
     async def gate_answers(self, hooks: Any, tool: ToolRef) -> list[Any]:
         return [await await_me_maybe(answer) for answer in hooks.centralmcp_read_gate(tool=tool)]
 
+    async def write_ref(self, hooks: Any) -> ToolRef:
+        """The write tool as the catalog answers it; with no ``write_tool``, a stand-in write on the read's server."""
+        if self.write_tool is not None:
+            return await self.found(hooks, self.write_tool)
+        read = await self.found(hooks, self.read_tool)
+        return ToolRef(STAND_IN_WRITE, read.server, WRITE, read.concurrency)
+
     async def test_gate_answers_none_or_a_message(self, host_hooks: Any) -> None:
-        allowed = await self.gate_answers(host_hooks, await self.found(host_hooks, self.read_tool))
-        assert all(answer is None for answer in allowed), (
-            f"centralmcp_read_gate answered {allowed} for the read tool {self.read_tool!r}: None allows"
+        read = await self.found(host_hooks, self.read_tool)
+        allowed = await self.gate_answers(host_hooks, read)
+        # A gate that goes by ToolRef.read_only refuses a read whose annotations lack the camelCase key.
+        why = (
+            ""
+            if read.read_only
+            else f" (its ToolRef's read_only is False: annotations {dict(read.annotations)}, and read_only is "
+            "annotations['readOnlyHint'] is True, MCP's camelCase key)"
         )
-        write = await self.found(host_hooks, self.write_tool)
+        assert all(answer is None for answer in allowed), (
+            f"centralmcp_read_gate answered {allowed} for the read tool {self.read_tool!r}{why}: None allows"
+        )
+        write = await self.write_ref(host_hooks)
         refused = [answer for answer in await self.gate_answers(host_hooks, write) if answer is not None]
-        assert refused, f"no centralmcp_read_gate refused the write tool {self.write_tool!r}"
+        assert refused, f"no centralmcp_read_gate refused the write tool {write.name!r} ({dict(write.annotations)})"
         # Any non-None answer refuses, but only a string is a message the client can read.
         assert all(isinstance(answer, str) and answer.strip() for answer in refused), (
-            f"centralmcp_read_gate refused {self.write_tool!r} with {refused}: refuse with a non-empty string"
+            f"centralmcp_read_gate refused {write.name!r} with {refused}: refuse with a non-empty string"
         )
 
     async def test_gate_refuses_a_write_that_is_not_destructive(self, host_hooks: Any) -> None:
         # Read-only means readOnlyHint true: a gate that only looks for destructiveHint lets
         # plain writes (create, update) through.
-        tool = replace(await self.found(host_hooks, self.write_tool), annotations={"readOnlyHint": False})
+        tool = replace(await self.write_ref(host_hooks), annotations={"readOnlyHint": False})
         assert any(answer is not None for answer in await self.gate_answers(host_hooks, tool)), (
             f"centralmcp_read_gate allowed {tool}: refuse every tool whose readOnlyHint is not true"
         )
@@ -399,12 +441,20 @@ class HostConformance:
         pytest.fail("centralmcp_resume_cursor accepted a cursor for other arguments: bind it to its arguments")
 
     async def test_cursor_is_refused_for_another_tool(self, host_hooks: Any) -> None:
+        write_tool = self._needs_write_tool()
         _, cursor = await self.first_page(host_hooks)
         try:
-            await self.resume(host_hooks, self.write_tool, self.read_arguments, cursor)
+            await self.resume(host_hooks, write_tool, self.read_arguments, cursor)
         except InvalidCursor:
             return
         pytest.fail(
-            f"centralmcp_resume_cursor accepted {self.read_tool!r}'s cursor for {self.write_tool!r}: "
-            "bind it to its tool"
+            f"centralmcp_resume_cursor accepted {self.read_tool!r}'s cursor for {write_tool!r}: bind it to its tool"
         )
+
+
+def _outline(response: Mapping[str, Any]) -> list[str]:
+    """A batch answer as a failure shows it: each entry's tool and status, and its error (results can be long)."""
+    return [
+        f"{item.get('tool')}: {item['status']}" + (f" ({item['error']})" if item.get("error") else "")
+        for item in response.get("results", [])
+    ]

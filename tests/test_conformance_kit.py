@@ -85,6 +85,16 @@ class FindRaisesForUnknown(PagedHost):
         return self.refs[name]
 
 
+class FindSpellsTheHintInSnakeCase(PagedHost):
+    """Its gate goes by read_only, and its ToolRefs carry read_only_hint, which read_only does not read."""
+
+    @hookimpl
+    def centralmcp_find_tool(self, name):
+        tool = self.refs.get(name)
+        hint = None if tool is None else tool.annotations.get("readOnlyHint")
+        return None if tool is None else type(tool)(name, tool.server, {"read_only_hint": hint})
+
+
 class DispatchIgnoresMaxBytes(PagedHost):
     def page(self, name, arguments, offset):
         return {"items": ITEMS[offset:]}
@@ -179,6 +189,34 @@ def kit_for(host_class):
 for host_class in list(globals().values()):
     if isinstance(host_class, type) and issubclass(host_class, PagedHost):
         globals()["Test" + host_class.__name__] = kit_for(host_class)
+
+
+class NoWritesHost(PagedHost):
+    """Correct, and publishes no write tool: its kit says write_tool = None."""
+
+    def __init__(self):
+        super().__init__()
+        del self.handlers["delete_everything"], self.refs["delete_everything"]
+
+
+class NoWritesGateAllowsAll(NoWritesHost):
+    """With nothing to write in its catalog, its gate allows whatever it is asked about."""
+
+    @hookimpl
+    def centralmcp_read_gate(self, tool):
+        return None
+
+
+class TestNoWritesHost(kit_for(NoWritesHost)):
+    write_tool = None
+
+
+class TestNoWritesGateAllowsAll(kit_for(NoWritesGateAllowsAll)):
+    write_tool = None
+
+
+class TestWriteToolUnset(kit_for(PagedHost)):
+    write_tool = ""
 '''
 
 # Each broken host: the kit's check that must fail, and what its message must say.
@@ -196,6 +234,11 @@ CAUGHT = {
     "FindRaisesForUnknown": (
         "test_find_tool_answers_none_for_an_unknown_name",
         "centralmcp_find_tool raised KeyError for an unknown name: answer None",
+    ),
+    "FindSpellsTheHintInSnakeCase": (
+        "test_gate_answers_none_or_a_message",
+        "for the read tool 'pages' (its ToolRef's read_only is False: annotations {'read_only_hint': True}, and "
+        "read_only is annotations['readOnlyHint'] is True, MCP's camelCase key): None allows",
     ),
     "DispatchIgnoresMaxBytes": ("test_dispatch_keeps_within_max_bytes", "bound the answer to max_bytes"),
     "DispatchAddsDefaults": (
@@ -253,6 +296,27 @@ def test_the_kit_fails_each_broken_host_with_a_message_that_says_what_to_fix(pyt
     for host, (test, message) in CAUGHT.items():
         assert test in failed[host], f"{host} passed {test}; it failed {sorted(failed[host])}"
         assert message in failed[host][test], f"{host}: {failed[host][test]}"
+
+
+def test_the_kit_checks_a_host_that_publishes_no_write_tool(pytester: pytest.Pytester) -> None:
+    # Before, write_tool had to name a tool: a read-only host failed four checks ("the write tool '' was not
+    # blocked", "centralmcp_find_tool('') answered None"), and an unset write_tool failed them the same way.
+    failed = verdicts(pytester, "-k", "NoWrites or WriteToolUnset")
+    skipped = "write_tool is None: this check needs a write tool of your host by name"
+    assert {test: skipped in text for test, text in failed["NoWritesHost"].items()} == {
+        "test_gate_refusals_never_reach_dispatch": True,
+        "test_cursor_is_refused_for_another_tool": True,
+    }
+    # The gate is asked about a stand-in write instead, and one that allows it fails.
+    assert (
+        "no centralmcp_read_gate refused the write tool 'centralmcp-conformance-write'"
+        in (failed["NoWritesGateAllowsAll"]["test_gate_answers_none_or_a_message"])
+    )
+    unset = failed["WriteToolUnset"]
+    assert len(unset) == 15 and all(
+        "set write_tool to the name of a write tool of your host, or to None when it publishes none" in text
+        for text in unset.values()
+    )
 
 
 def test_the_kit_passes_a_correct_host(pytester: pytest.Pytester) -> None:
