@@ -20,6 +20,7 @@ from centralmcp_batch.testing import HostConformance, InlineHost, sample_host
 
 ITEMS = [{"n": i, "text": "x" * 40} for i in range(100)]
 PAGE = 10  # about 600 bytes a page: within the kit's smallest share
+ITEM_BYTES = 80  # more than one item takes in a page, its cursor's share included
 
 
 class PagedHost(InlineHost):
@@ -48,10 +49,12 @@ class PagedHost(InlineHost):
     async def centralmcp_dispatch_read(self, tool, arguments, resume, max_bytes, context):
         if tool.name != "pages":
             return self.handlers[tool.name](resume=resume, **arguments)
-        return self.page(tool.name, arguments, resume or 0)
+        return self.page(tool.name, arguments, resume or 0, max_bytes // ITEM_BYTES)
 
-    def page(self, name, arguments, offset):
-        return {"items": ITEMS[offset : offset + PAGE], "next_cursor": self.cursor(name, arguments, offset + PAGE)}
+    def page(self, name, arguments, offset, count=PAGE):
+        if offset + count >= len(ITEMS):
+            return {"items": ITEMS[offset:]}  # the rest fits: the whole answer, as a backend gives it
+        return {"items": ITEMS[offset : offset + count], "next_cursor": self.cursor(name, arguments, offset + count)}
 
 
 class GateRefusesWithTrue(PagedHost):
@@ -96,8 +99,15 @@ class FindSpellsTheHintInSnakeCase(PagedHost):
 
 
 class DispatchIgnoresMaxBytes(PagedHost):
-    def page(self, name, arguments, offset):
+    def page(self, name, arguments, offset, count=PAGE):
         return {"items": ITEMS[offset:]}
+
+
+class SmallAnswerIgnoresMaxBytes(PagedHost):
+    """Never bounds its answer, and the kit's read of it is small: the bound holds whatever dispatch does."""
+
+    def page(self, name, arguments, offset, count=PAGE):
+        return {"items": ITEMS[:5]}
 
 
 class DispatchAddsDefaults(PagedHost):
@@ -241,6 +251,10 @@ CAUGHT = {
         "read_only is annotations['readOnlyHint'] is True, MCP's camelCase key): None allows",
     ),
     "DispatchIgnoresMaxBytes": ("test_dispatch_keeps_within_max_bytes", "bound the answer to max_bytes"),
+    "SmallAnswerIgnoresMaxBytes": (
+        "test_dispatch_keeps_within_max_bytes",
+        "at max_bytes=1000000, within 1024: any dispatch keeps that bound; choose read_arguments whose answer is",
+    ),
     "DispatchAddsDefaults": (
         "test_dispatch_leaves_the_arguments_alone",
         "centralmcp_dispatch_read changed the arguments it was given to {'q': 'x', 'limit': 10}",
