@@ -6,7 +6,8 @@ the usual OpenTelemetry way. The entry point is declared whether or not the extr
 and so does nothing.
 
 What is recorded: tool and server names, statuses, counts and durations. Never an argument value,
-a cursor, a call id or an error text, since any of those may carry what the client sent.
+a cursor, a call id, an error text or a tool name the catalog did not resolve, since any of those
+may carry what the client sent.
 """
 
 from __future__ import annotations
@@ -49,12 +50,16 @@ class _BatchTrace:
 
 
 def _tool_attributes(tool: str | None, server: str | None) -> dict[str, str]:
-    # Attribute values cannot be None: an entry that never reached the catalog has no server.
-    attributes = {}
+    """The tool and its server, only as the catalog resolved them (an item's server says it did).
+
+    An unknown name, or one an invalid entry never sent to the catalog, is text the client typed (a
+    token pasted into ``name`` would be exported as it is), and a single read records none of it.
+    """
+    if server is None:  # attribute values cannot be None either
+        return {}
+    attributes = {"centralmcp.server": server}
     if tool is not None:
         attributes["centralmcp.tool"] = tool
-    if server is not None:
-        attributes["centralmcp.server"] = server
     return attributes
 
 

@@ -113,8 +113,9 @@ async def test_an_entry_span_per_entry_with_tool_server_status_and_duration(tele
     assert [span.attributes["centralmcp.status"] for span in entries] == [
         "ok", "ok", "blocked", "unknown_tool", "invalid_call", "error",
     ]  # fmt: skip
+    # a name the catalog did not resolve (unknown, or an invalid entry's) is the client's text: not recorded
     assert [span.attributes.get("centralmcp.tool") for span in entries] == [
-        "echo", "echo", "delete_everything", "no_such_tool", "echo", "broken",
+        "echo", "echo", "delete_everything", None, None, "broken",
     ]  # fmt: skip
     assert [span.attributes.get("centralmcp.server") for span in entries] == [
         "inline",
@@ -145,6 +146,27 @@ async def test_no_argument_value_cursor_id_or_error_text_reaches_a_span(telemetr
         exported = every_text(span)
         for leak in (SECRET_ARGUMENT, calls[1]["cursor"], "plain", "paged", "backend down", "not read-only"):
             assert leak not in exported, (leak, span.name)
+
+
+async def test_a_name_the_catalog_did_not_resolve_reaches_no_span_or_metric(telemetry: Telemetry) -> None:
+    # A client that pastes a token where a tool name goes: a single read of that name answers
+    # unknown_tool and records nothing; the batch's telemetry must not export it either.
+    host = sample_host()
+    pasted = f"cmcp_{SECRET_ARGUMENT}"
+    calls = [
+        {"name": pasted, "id": "unknown"},
+        {"name": pasted, "id": "invalid", "arguments": [1]},
+        {"name": f"{pasted}\u00e9", "id": "not-ascii"},
+        {"name": "echo", "id": "known"},
+    ]
+    response = await run_over_mcp(host, telemetry, calls)
+    assert [item["status"] for item in response["results"]] == ["unknown_tool", "invalid_call", "unknown_tool", "ok"]
+    spans = telemetry.finished(otel.BATCH_SPAN) + telemetry.finished(otel.ENTRY_SPAN)
+    assert len(spans) == len(calls) + 1
+    assert all(SECRET_ARGUMENT not in every_text(span) for span in spans)
+    assert SECRET_ARGUMENT not in telemetry.reader.get_metrics_data().to_json()
+    tools = {span.attributes["centralmcp.index"]: span.attributes.get("centralmcp.tool") for span in spans[1:]}
+    assert tools == {0: None, 1: None, 2: None, 3: "echo"}
 
 
 async def test_metrics_count_entries_by_status_and_time_them(telemetry: Telemetry) -> None:
