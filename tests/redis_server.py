@@ -42,13 +42,15 @@ def redis_binary() -> str:
 class RedisServer:
     """One redis-server process without persistence; ``stop`` and ``start`` keep its port."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
         self.binary, self.workdir, self.port = redis_binary(), workdir, free_port()
+        self.password = password  # required of every client (requirepass) when set
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        login = "" if self.password is None else f":{self.password}@"
+        return f"redis://{login}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         command = [
@@ -63,6 +65,7 @@ class RedisServer:
             "no",
             "--dir",
             str(self.workdir),
+            *([] if self.password is None else ["--requirepass", self.password]),
         ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
@@ -75,7 +78,8 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                answer = sock.recv(64)  # -NOAUTH once a password is required: up all the same
+                return answer.startswith(b"+PONG") or answer.startswith(b"-NOAUTH")
         except OSError:
             return False
 

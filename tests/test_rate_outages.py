@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -79,6 +80,49 @@ async def test_one_process_keeps_its_rate_when_redis_stops_and_when_it_is_back(r
         assert count_between(stamps, start, end) >= 0.6 * RATE * (end - start), (start - started, end - started)
     # ... and no second holds more than the rate and one burst (the bug gave about 45; a margin of 5).
     assert most_in_any_window(stamps, 1.0) <= RATE + BURST + 5, most_in_any_window(stamps, 1.0)
+
+
+async def test_a_redis_password_reaches_no_log_record_or_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The outage and recovery warnings named the store by its URL, password and all, in every router's log.
+    password = f"pw-{uuid.uuid4().hex}"
+    server = RedisServer(tmp_path, password=password)
+    server.start()
+    in_query = f"redis://127.0.0.1:{server.port}/0?password={password}"  # redis-py's other way to give it
+    limiters = [
+        RateLimiter(open_store(url), 100.0, 5, key=f"acct-{uuid.uuid4()}", retry_seconds=0.05)
+        for url in (server.url, in_query)
+    ]
+    outages = []
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for limiter in limiters:
+                await limiter.acquire()
+            outages.append([limiter.in_outage for limiter in limiters])  # the password let them in
+            await anyio.to_thread.run_sync(server.stop)
+            for limiter in limiters:
+                await limiter.acquire()
+            outages.append([limiter.in_outage for limiter in limiters])
+            await anyio.to_thread.run_sync(server.start)
+            await anyio.sleep(0.1)  # past the retry time
+            for limiter in limiters:
+                await limiter.acquire()
+            outages.append([limiter.in_outage for limiter in limiters])
+    finally:
+        for limiter in limiters:
+            await limiter.close()
+        server.stop()
+    assert outages == [[False, False], [True, True], [False, False]]
+    lines = [record.getMessage() for record in caplog.records if record.name == LIMITER_LOG]
+    assert len(lines) == 4, lines  # each store's outage and its end
+    assert f"rate store redis://:***@127.0.0.1:{server.port}/0 failed" in lines[0]
+    assert f"rate store redis://127.0.0.1:{server.port}/0?password=***" in lines[1]
+    everything = [record.getMessage() for record in caplog.records]
+    assert not [line for line in everything if password in line]
+    with pytest.raises(ValueError, match=re.escape("'redis://:***@/0': expected")) as refused:
+        open_store(f"redis://:{password}@/0")  # no host: refused, and the password is not repeated
+    assert password not in str(refused.value)
 
 
 # -- a store that hangs -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from ..settings import Setting, report_once
 from .limiter import RateLimiter, Store
 from .memory import MemoryStore
+from .redis_store import without_password
 from .sqlite import SqliteStore
 
 STORE_ENV = "CENTRALMCP_ROUTER_RATE_STORE"
@@ -96,7 +97,7 @@ def open_store(url: str) -> Store:
         from .redis_store import RedisStore
 
         return RedisStore(url)
-    raise ValueError(f"{STORE_ENV}={url!r}: expected {STORE_FORMS}")
+    raise ValueError(f"{STORE_ENV}={without_password(url)!r}: expected {STORE_FORMS}")
 
 
 def burst(environ: Mapping[str, str], rate: float) -> int:

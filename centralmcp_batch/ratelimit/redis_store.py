@@ -7,6 +7,7 @@ still share one timeline; the caller only sleeps the wait it is told.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .errors import StoreUnavailable
 from .reservation import Pace, Reservation
@@ -45,6 +46,21 @@ return string.format('%.6f', wait)
 """
 
 
+def without_password(url: str) -> str:
+    """``url`` as logs and errors show it: a password in it (``redis://:PASSWORD@HOST``, or redis-py's
+    ``?password=PASSWORD``) as ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not even a URL (an unclosed IPv6 bracket): only its scheme is shown
+        return url.split("://", 1)[0] + "://***"
+    if parts.password is not None:
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
+    if "password=" in parts.query.lower():
+        query = [(key, "***" if key.lower() == "password" else value) for key, value in parse_qsl(parts.query, True)]
+        parts = parts._replace(query=urlencode(query, safe="*"))
+    return parts.geturl()
+
+
 def _client(url: str) -> Any:
     try:
         from redis.asyncio import Redis
@@ -52,7 +68,7 @@ def _client(url: str) -> Any:
         from redis.backoff import NoBackoff
     except ImportError:
         raise ValueError(
-            f"the rate store {url!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
+            f"the rate store {without_password(url)!r} needs the redis extra: pip install 'centralmcp-batch[redis]'"
         ) from None
     # No retries of its own: a failed call falls back at once and the limiter decides when to try again.
     return Redis.from_url(
@@ -73,7 +89,7 @@ class RedisStore:
     """Buckets in the Redis at ``url`` (``redis://HOST:PORT/DB``), keyed ``centralmcp:rate:KEY``."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.url = without_password(url)  # what logs and errors name: the password stays in the client only
         self._redis = _client(url)
         self._script = self._redis.register_script(RESERVE_SCRIPT)  # EVALSHA, reloaded after a restart
 
