@@ -4,12 +4,15 @@ The CentralMCP stand-in router adopts the batch with its middleware chain (secre
 the same calls, with a secret in arguments, cursors and a refused argument, go once as a batch and
 once as single ``invoke_read_tool`` calls, over real in-memory MCP sessions. Every log record of every
 logger at DEBUG, tracebacks included, and the rate stores (a SQLite file, a real Redis) are searched.
+And ``serve``'s own log, at its default level, with an HTTP backend whose URL holds credentials.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+import subprocess
+import sys
 import traceback
 import uuid
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 
 import pytest
 from test_adapter_centralmcp import load_router
+from test_cli import FAST_DEMO, free_port, wait_for_port
 
 from centralmcp_batch import _compat
 from centralmcp_batch.adapters import centralmcp
@@ -130,3 +134,38 @@ async def test_the_redis_rate_store_holds_only_its_own_keys(monkeypatch: pytest.
 def dump(client: Any, name: bytes) -> bytes:
     value = client.dump(name)
     return value if value is not None else b""
+
+
+def serve_http(port: int, *options: str, env: dict[str, str] | None = None, stderr: Any = None) -> Any:
+    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--transport", "http", "--port", str(port), *options]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL)
+
+
+async def test_serve_logs_an_http_backends_url_by_its_host_only(tmp_path: Path) -> None:
+    # The HTTP client logs every request's URL at INFO, serve's default level: a backend URL's password
+    # and token were in the log once per backend call, a batch's entries and single reads alike.
+    upstream_port, port = free_port(), free_port()
+    upstream = serve_http(upstream_port, "--demo", "--log-level", "warning", env=FAST_DEMO)
+    config = tmp_path / "router.toml"
+    url = f"http://ops:pw-{SECRET}@127.0.0.1:{upstream_port}/mcp?token=tok-{SECRET}"
+    config.write_text(f'[backends.upstream]\nurl = "{url}"\n')
+    log = tmp_path / "serve.log"
+    router = None
+    with log.open("wb") as stderr:
+        try:
+            await wait_for_port(upstream_port, upstream)  # up before the router's first connect
+            router = serve_http(port, "--config", str(config), stderr=stderr)
+            await wait_for_port(port, router)
+            async with _compat.connect(f"http://127.0.0.1:{port}/mcp") as client:
+                read = {"name": "invoke_read_tool", "arguments": {"name": "list_sites"}}
+                answer = await client.call_tool("invoke_read_tool_batch", {"calls": [read, {"id": "again", **read}]})
+                assert [item["status"] for item in answer.structured["results"]] == ["ok", "ok"], answer.text[:300]
+                assert not (await client.call_tool("invoke_read_tool", read)).is_error
+        finally:
+            for process in (router, upstream):
+                if process is not None:
+                    process.terminate()
+                    process.wait(timeout=15)
+    written = log.read_text()
+    assert f"HTTP Request: POST http://127.0.0.1:{upstream_port} " in written  # the client's lines are there
+    assert SECRET not in written

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,33 @@ log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # A client leaves its scheme's default port out of Host and Origin headers (a browser always does).
 DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+# The HTTP client the SDK uses logs each request's whole URL at INFO ("HTTP Request: POST URL ..."),
+# a backend URL's token in its query or its user part included; the router's own lines name a URL by
+# its host only (``backends.describe_failure``), and so do these.
+REQUEST_LOGGERS = ("httpx", "httpx2")
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/\s'\"?#]*@)?([^@/\s'\"?#]+)[^\s'\"]*")
+
+
+class UrlHostsOnly(logging.Filter):
+    """A record's URLs cut to their scheme and host: no user part, path, query or fragment."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a call whose arguments do not fit its format: logging reports it itself
+            return True
+        record.msg, record.args = _URL.sub(r"\1\2", message), None
+        return True
+
+
+def hide_request_urls() -> None:
+    """Install ``UrlHostsOnly`` on the HTTP client's request loggers (once)."""
+    for name in REQUEST_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(each, UrlHostsOnly) for each in logger.filters):
+            logger.addFilter(UrlHostsOnly())
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,7 @@ def serve(
     stopped (and their process groups with them) before this returns.
     """
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    hide_request_urls()
     if transport == "stdio":
         return anyio.run(serve_stdio, router)
     if transport == "http":
