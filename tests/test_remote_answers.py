@@ -432,7 +432,7 @@ def unauthorized_url() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/mcp?token={URL_TOKEN}"
+    yield f"http://ops:pw-{URL_TOKEN}@127.0.0.1:{server.server_port}/mcp?token={URL_TOKEN}"  # a password and a token
     server.shutdown()
     server.server_close()
 
@@ -452,7 +452,7 @@ async def test_an_http_backend_that_refuses_is_told_by_what_it_said_and_never_by
 
 
 def test_a_failure_is_told_by_its_one_cause_with_a_urls_host_only() -> None:
-    cause = RuntimeError(f"Client error '401' for url 'https://api.example.net/mcp?token={URL_TOKEN}'\nSee the docs")
+    cause = RuntimeError(f"Client error '401' for url 'https://u:{URL_TOKEN}@api.example.net/mcp?t={URL_TOKEN}'\nSee")
     wrapped = BaseExceptionGroup("outer", [ExceptionGroup("inner", [cause])])
     assert backends.describe_failure(wrapped) == "RuntimeError: Client error '401' for url 'https://api.example.net'"
     assert backends.describe_failure(TimeoutError()) == "TimeoutError"

@@ -270,8 +270,14 @@ def _failed_call(exc: Exception) -> _compat.Answer:
     return _compat.Answer(is_error=True, text=f"the router's MCP client refused the backend's answer ({why})")
 
 
-# A URL's path, query and fragment, after its scheme and host: a token in them must not reach a log or an item.
-_URL_TAIL = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s'\"?#]+)[^\s'\"]*")
+# A URL's user part (user:password@), path, query and fragment, around its scheme and host: a password or
+# token in them must not reach a log or an item.
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/\s'\"?#]*@)?([^@/\s'\"?#]+)[^\s'\"]*")
+
+
+def hosts_only(text: str) -> str:
+    """``text`` with each URL in it cut to its scheme and host."""
+    return _URL.sub(r"\1\2", text)
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -281,5 +287,5 @@ def describe_failure(exc: BaseException) -> str:
     401, no handshake) comes wrapped in groups of one; a URL in its first line keeps its host only.
     """
     exc = sole_cause(exc)
-    text = _URL_TAIL.sub(r"\1", str(exc).split("\n", 1)[0])  # httpx adds a second line: a link to its docs
+    text = hosts_only(str(exc).split("\n", 1)[0])  # httpx adds a second line: a link to its docs
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -6,7 +6,6 @@ import atexit
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import _compat
+from .backends import hosts_only
 
 log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -28,7 +28,6 @@ DEFAULT_PORTS = {"http": "80", "https": "443"}
 # a backend URL's token in its query or its user part included; the router's own lines name a URL by
 # its host only (``backends.describe_failure``), and so do these.
 REQUEST_LOGGERS = ("httpx", "httpx2")
-_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/\s'\"?#]*@)?([^@/\s'\"?#]+)[^\s'\"]*")
 
 
 class UrlHostsOnly(logging.Filter):
@@ -39,7 +38,7 @@ class UrlHostsOnly(logging.Filter):
             message = record.getMessage()
         except Exception:  # a call whose arguments do not fit its format: logging reports it itself
             return True
-        record.msg, record.args = _URL.sub(r"\1\2", message), None
+        record.msg, record.args = hosts_only(message), None
         return True
 
 
