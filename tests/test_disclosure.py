@@ -9,12 +9,14 @@ And ``serve``'s own log, at its default level, with an HTTP backend whose URL ho
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import subprocess
 import sys
 import traceback
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -81,16 +83,30 @@ async def run_both(router: ModuleType) -> None:
             await client.call_tool("invoke_read_tool", as_single(call))
 
 
-async def test_no_log_record_at_any_level_holds_what_an_entry_sent(monkeypatch: pytest.MonkeyPatch) -> None:
-    records, root = Records(), logging.getLogger()
-    level = root.level
-    root.addHandler(records)
-    root.setLevel(logging.DEBUG)
+@contextlib.contextmanager
+def every_record(handler: logging.Handler) -> Iterator[None]:
+    """``handler`` on the root logger, hearing every logger at DEBUG (levels others set are put back after)."""
+    loggers = [logging.getLogger(), *(each for each in logging.root.manager.loggerDict.values())]
+    levels = {logger: logger.level for logger in loggers if isinstance(logger, logging.Logger)}
+    disabled = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
+    for logger in levels:
+        logger.setLevel(logging.NOTSET)
+    logging.getLogger().setLevel(logging.DEBUG)
+    logging.getLogger().addHandler(handler)
     try:
-        await run_both(adopted(monkeypatch))
+        yield
     finally:
-        root.removeHandler(records)
-        root.setLevel(level)
+        logging.getLogger().removeHandler(handler)
+        for logger, level in levels.items():
+            logger.setLevel(level)
+        logging.disable(disabled)
+
+
+async def test_no_log_record_at_any_level_holds_what_an_entry_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = Records()
+    with every_record(records):
+        await run_both(adopted(monkeypatch))
     assert records.lines  # the SDK logs each request: the handler heard the run
     assert [line for line in records.lines if SECRET in line or SECRET.lower() in line] == []
 
