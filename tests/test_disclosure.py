@@ -111,14 +111,19 @@ async def test_no_log_record_at_any_level_holds_what_an_entry_sent(monkeypatch: 
     assert [line for line in records.lines if SECRET in line or SECRET.lower() in line] == []
 
 
-async def test_the_sqlite_rate_store_holds_only_its_own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    path = tmp_path / "rate.sqlite3"
-    key = f"acct-{uuid.uuid4().hex}"
-    limiter = RateLimiter(SqliteStore(path), 1000.0, 50, key=key)
+async def run_both_drawing_from(store: Any, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_both`` on the adopted stand-in, its rate tokens drawn from ``store`` under ``key``."""
+    limiter = RateLimiter(store, 1000.0, 50, key=key)
     try:
         await run_both(adopted(monkeypatch, limiter))
     finally:
         await limiter.close()
+
+
+async def test_the_sqlite_rate_store_holds_only_its_own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "rate.sqlite3"
+    key = f"acct-{uuid.uuid4().hex}"
+    await run_both_drawing_from(SqliteStore(path), key, monkeypatch)
     with sqlite3.connect(path) as conn:
         tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         keys = {row[0] for table in tables for row in conn.execute(f"SELECT key FROM {table}")}  # noqa: S608
@@ -131,11 +136,7 @@ async def test_the_redis_rate_store_holds_only_its_own_keys(monkeypatch: pytest.
     import redis
 
     key = f"acct-{uuid.uuid4().hex}"
-    limiter = RateLimiter(open_store(redis_url), 1000.0, 50, key=key)
-    try:
-        await run_both(adopted(monkeypatch, limiter))
-    finally:
-        await limiter.close()
+    await run_both_drawing_from(open_store(redis_url), key, monkeypatch)
     client = redis.Redis.from_url(redis_url)
     try:
         mine = sorted(name.decode() for name in client.scan_iter(match=f"*{key}*"))
