@@ -7,6 +7,7 @@ backends are called and client results are read through these functions.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import json
 import weakref
@@ -15,7 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import version
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -33,6 +34,7 @@ SDK_2 = SDK_MAJOR >= 2
 if SDK_2:
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
@@ -53,6 +55,8 @@ __all__ = [
     "SDK_MAJOR",
     "Context",
     "Server",
+    "SessionClosed",
+    "SessionUnknown",
     "StdioServerParameters",
     "ToolError",
 ]
@@ -454,6 +458,7 @@ def read_result(result: Any) -> Answer:
 
 
 MAX_TOOL_PAGES = 1_000
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -465,6 +470,10 @@ class ClientHandle:
     # Set when the transport's read side ends: the server closed its end (a stdio process that
     # exited, crashed or was killed). Never set for a transport that does not tell (HTTP, in memory).
     ended: anyio.Event = field(default_factory=anyio.Event)
+    # Set as the client closes the session: a request still waiting on it then fails (``SessionClosed``).
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    calls_in_flight: int = 0  # tool calls sent on this session and not yet answered
+    _waiting: set[anyio.CancelScope] = field(default_factory=set)  # the scopes of the requests under way
 
     async def list_tools(self) -> list[ToolInfo]:
         """Every page of the server's tool list (a server may split it, with ``nextCursor``)."""
@@ -496,18 +505,54 @@ class ClientHandle:
         progress: Callable[[float, float | None, str | None], Any] | None = None,
         timeout: float | None = None,
     ) -> Answer:
+        """The tool's answer; raises ``SessionUnknown`` when the server refused the call for its session."""
         wait = None if timeout is None else (timeout if SDK_2 else timedelta(seconds=timeout))
+        refusal = _CallRefusal(listed=name in getattr(self.session, "_tool_output_schemas", ()))
+        noted = _REFUSAL.set(refusal)
+        self.calls_in_flight += 1
+        try:
+            request = functools.partial(self._call_tool, name, dict(arguments or {}), wait, progress)
+            result = await self._unless_closed(request)
+        except Exception as exc:
+            if refusal.proves_session_unknown(exc):
+                raise SessionUnknown("it does not know the router's MCP session (HTTP 404)") from exc
+            raise
+        finally:
+            self.calls_in_flight -= 1
+            _REFUSAL.reset(noted)
+        return read_result(result)
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any], wait: Any, progress: Any) -> Any:
         request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
         try:
-            result = await self.session.call_tool(
-                name, dict(arguments or {}), read_timeout_seconds=wait, progress_callback=progress
-            )
+            return await self.session.call_tool(name, arguments, read_timeout_seconds=wait, progress_callback=progress)
         except anyio.get_cancelled_exc_class():
             if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
                 with anyio.CancelScope(shield=True):
                     await _send_cancelled(self.session, request_id)
             raise
-        return read_result(result)
+
+    async def _unless_closed(self, request: Callable[[], Awaitable[_T]]) -> _T:
+        """``request()``'s outcome, or ``SessionClosed`` as soon as the session closes under it.
+
+        SDK 1.x leaves a request that is waiting as its session closes waiting for its whole time limit
+        (the session's reader, cancelled, tells the requests nothing); 2.x fails them. Here it fails at once.
+        """
+        if self.closed.is_set():
+            raise SessionClosed("the router closed the session")
+        with anyio.CancelScope() as waiting:
+            self._waiting.add(waiting)
+            try:
+                return await request()
+            finally:
+                self._waiting.discard(waiting)
+        raise SessionClosed("the router closed the session while the request waited")
+
+    def close(self) -> None:
+        """Fail the requests waiting on the session, and any made after: the client is closing it."""
+        self.closed.set()
+        for waiting in self._waiting:
+            waiting.cancel()
 
     async def probe(self) -> None:
         """One round trip that any live session answers; raises when the session does not.
@@ -515,6 +560,9 @@ class ClientHandle:
         2.x servers of the 2026-07-28 protocol no longer answer ``ping``, so 2.x asks for the
         first page of the tool list instead, past the client's response cache.
         """
+        await self._unless_closed(self._probe)
+
+    async def _probe(self) -> None:
         if SDK_2:
             await self.session.list_tools(cache_mode="bypass")
         else:
@@ -524,6 +572,70 @@ class ClientHandle:
 def error_response_text(exc: BaseException) -> str | None:
     """The message of the JSON-RPC error a peer answered a request with; None for any other failure."""
     return exc.error.message if isinstance(exc, ErrorResponse) else None
+
+
+class SessionClosed(ConnectionError):
+    """A request was waiting on a session as the client closed it."""
+
+
+class SessionUnknown(ConnectionError):
+    """The server answered a tool call that it does not know the client's session: the call reached no tool.
+
+    A stateful streamable HTTP server answers HTTP 404 to a request whose ``Mcp-Session-Id`` it does not
+    hold (it restarted, or ended the session) before the request reaches any handler. The client should
+    open a new session (the MCP specification says so), and the call may be sent again on it.
+    """
+
+
+@dataclass
+class _CallRefusal:
+    """Whether the server refused one ``call_tool``'s request itself with HTTP 404, so that no tool ran.
+
+    SDK 1.x turns a 404 into an error of its own, code 32600 (positive: none of JSON-RPC's codes)
+    "Session terminated", and makes it nowhere else. After a call it lists the tools to check the
+    result against the tool's output schema when the session has not listed that tool, and a 404 to
+    that list comes after the tool ran: so the error tells only for a tool the session ``listed`` (the
+    router lists every tool of a session as it opens it).
+
+    SDK 2.x raises the JSON-RPC error in a 404's body, each server's own words, so its error does not
+    tell. But its HTTP client sends a request in the context of the task that made it, where the
+    response hook of an HTTP backend's client (``_note_refused_call``) sets ``refused`` when the
+    ``tools/call`` request was answered 404 while it carried a session id.
+    """
+
+    listed: bool
+    refused: bool = False
+
+    def proves_session_unknown(self, exc: Exception) -> bool:
+        if SDK_2:
+            return self.refused
+        return self.listed and isinstance(exc, ErrorResponse) and _is_1x_404(exc.error)
+
+
+def _is_1x_404(error: Any) -> bool:
+    return bool(error.code == 32600 and error.message == "Session terminated")
+
+
+# The refusal record of the tool call under way in this task (and in the requests it makes).
+_REFUSAL: contextvars.ContextVar[_CallRefusal | None] = contextvars.ContextVar("centralmcp_batch_refusal", default=None)
+MCP_SESSION_ID_HEADER = "mcp-session-id"
+
+
+async def _note_refused_call(response: Any) -> None:
+    """An HTTP backend client's response hook: a ``tools/call`` refused with 404 for its session is noted."""
+    refusal = _REFUSAL.get()
+    if refusal is None or response.status_code != 404:
+        return
+    request = response.request
+    if request.method == "POST" and MCP_SESSION_ID_HEADER in request.headers and _rpc_method(request) == "tools/call":
+        refusal.refused = True
+
+
+def _rpc_method(request: Any) -> Any:
+    try:
+        return json.loads(request.content).get("method")
+    except Exception:  # no JSON-RPC request in the body: not a call of ours
+        return None
 
 
 if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
@@ -572,13 +684,35 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
 async def _connect(target: Any, ended: anyio.Event | None = None) -> AsyncIterator[ClientHandle]:
     """A session to a server object, a URL, or a transport (what ``stdio_client`` makes), whose end sets ``ended``."""
     ended = ended or anyio.Event()
-    if SDK_2:
+    async with _session(target) as session:
+        handle = ClientHandle(session, ended=ended)
+        try:
+            yield handle
+        finally:  # before the SDK closes it: the requests still waiting on it fail now
+            handle.close()
+
+
+@asynccontextmanager
+async def _session(target: Any) -> AsyncIterator[Any]:
+    if SDK_2 and isinstance(target, str):
+        async with _http_client() as http, Client(streamable_http_client(target, http_client=http)) as client:
+            yield client
+    elif SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
         async with Client(target, mode=mode) as client:
-            yield ClientHandle(client, ended=ended)
+            yield client
     else:  # pragma: no cover - SDK 1.x leg
         async with _connect_1x(target) as session:
-            yield ClientHandle(session, ended=ended)
+            yield session
+
+
+def _http_client() -> Any:
+    """SDK 2.x: the HTTP client the SDK makes for a URL (its timeouts), which also notes calls refused with 404."""
+    from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own defaults; no public name for them
+
+    http = create_mcp_http_client()
+    http.event_hooks = {"request": [], "response": [_note_refused_call]}
+    return http
 
 
 @asynccontextmanager

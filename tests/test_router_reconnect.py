@@ -1,11 +1,16 @@
-"""After a remote stdio backend restarts, the gate decides on its current tool list; a late backend joins."""
+"""After a remote backend restarts: the gate decides on its current tool list, a late backend joins, and an
+HTTP backend that lost the router's session has the calls it refused sent again on a new one."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +21,10 @@ from backends.tickets import tickets_server
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
 
-from centralmcp_batch import HostContractError
-from centralmcp_batch.router import Router, StdioBackend
+from centralmcp_batch import HostContractError, _compat, settings
+from centralmcp_batch.hookspecs import hookimpl
+from centralmcp_batch.models import ToolRef
+from centralmcp_batch.router import HttpBackend, Router, StdioBackend
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
@@ -172,3 +179,252 @@ async def test_a_backend_that_will_not_start_is_told_once_and_retried_with_a_gro
     tries = [record for record in caplog.records if "is unavailable" in record.getMessage()]
     assert 2 <= len(tries) <= 4 and backend.client is None and backend.failures == len(tries)
     assert [record.levelno for record in tries] == [logging.WARNING] + [logging.DEBUG] * (len(tries) - 1)
+
+
+# -- a stateful HTTP backend restarted while the router is idle ----------------------------
+#
+# backends/sessions.py keeps its sessions in memory, as SDK 1.x servers and most others do, so a new
+# process answers the router's old session with HTTP 404, and speaks only the protocol versions that
+# open a session (an SDK 2.x router then keeps one with it, as with them).
+
+SESSIONS = str(HERE / "backends" / "sessions.py")
+
+
+class HttpSessions:
+    """The backend's process on one port, restarted at will, and what it saw: methods, and tool runs."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self.seen, self.runs = tmp_path / "seen", tmp_path / "runs"
+        self.seen.write_text("")
+        self.runs.write_text("")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self, **env: str) -> None:
+        environment = {
+            **os.environ,
+            **env,
+            "SESSIONS_SEEN": str(self.seen),
+            "SESSIONS_CALLS": str(self.runs),
+            "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        }
+        command = [sys.executable, SESSIONS, str(self.port)]
+        self.process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    await (await anyio.connect_tcp("127.0.0.1", self.port)).aclose()
+                    return
+                except OSError:
+                    await anyio.sleep(0.05)
+
+    async def restart(self, **env: str) -> None:
+        self.stop()
+        self.seen.write_text("")
+        await self.start(**env)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=15)
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def methods(self) -> list[str]:
+        return self.seen.read_text().split()
+
+    def tool_runs(self) -> list[str]:
+        return self.runs.read_text().split()
+
+
+@pytest.fixture
+def http_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpSessions]:
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+    # Before the fix, SDK 1.x held such a batch up to its call time limit (60 s by default).
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "10")
+    backend = HttpSessions(tmp_path)
+    yield backend
+    backend.stop()
+
+
+class RateTokens:
+    """Counts the rate tokens drawn, by tool: one per call, whatever happens to it after."""
+
+    def __init__(self) -> None:
+        self.drawn: list[str] = []
+
+    @hookimpl
+    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
+        self.drawn.append(tool.name)
+
+
+async def whoami_batch(router: Router, *tags: str) -> list[dict[str, Any]]:
+    calls = [{"name": "whoami", "arguments": {"tag": tag}} for tag in tags]
+    with anyio.fail_after(60):
+        answer = await call(router.server, "invoke_read_tool_batch", {"calls": calls})
+    results: list[dict[str, Any]] = answer.structured["results"]
+    return results
+
+
+async def test_an_http_backend_restarted_while_idle_answers_the_next_calls_whole(
+    http_sessions: HttpSessions, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: each call the new process refused (HTTP 404, the session is unknown to it) was an error
+    # entry, "backend 'up' went away: McpError", and on SDK 1.x the batch took up to its call time limit.
+    await http_sessions.start()
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    tokens = RateTokens()
+    router.plugin_manager.register(tokens)
+    async with router.connected():
+        first = await whoami_batch(router, "a0", "a1", "a2")
+        await http_sessions.restart()
+        with caplog.at_level(logging.WARNING, logger=BACKENDS_LOG):
+            after = await whoami_batch(router, "b0", "b1", "b2")
+            single = await call(router.server, "invoke_read_tool", {"name": "whoami", "arguments": {"tag": "s"}})
+    assert [item["status"] for item in first + after] == ["ok"] * 6, after
+    assert {item["result"]["pid"] for item in after} == {http_sessions.pid} == {single.structured["pid"]}
+    assert sorted(http_sessions.tool_runs()) == ["a0", "a1", "a2", "b0", "b1", "b2", "s"]  # each ran once
+    assert http_sessions.methods().count("initialize") == 1  # the calls refused together shared one reopen
+    assert tokens.drawn == ["whoami"] * 7  # a call sent again drew no second token
+    told = [record.getMessage() for record in caplog.records]
+    assert sum("no longer knows the router's session" in line for line in told) == 1, told
+    assert not any("went away" in line or "unavailable" in line for line in told), told
+
+
+async def test_a_backend_that_keeps_refusing_the_session_gets_each_call_once_more_not_in_a_loop(
+    http_sessions: HttpSessions, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before the resend was settled, a call's first refusal on the new session closed it while another
+    # call's last try probed it, and that entry said "went away" (mcp 1.28.0, anyio 4.7.0). Now a
+    # session's refusal closes that session alone, and a refusal on the new one is an error.
+    await http_sessions.start()
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        await http_sessions.restart(SESSIONS_REFUSE_CALLS="1")  # it refuses every call on every session
+        started = time.perf_counter()
+        with caplog.at_level(logging.WARNING, logger=BACKENDS_LOG):
+            results = await whoami_batch(router, *(f"b{index}" for index in range(6)))
+        elapsed = time.perf_counter() - started
+    refused = "the backend refused the call on a new session too: it does not know the router's MCP session (HTTP 404)"
+    assert [(item["status"], item["error"]) for item in results] == [("error", refused)] * 6
+    methods = http_sessions.methods()
+    assert 6 <= methods.count("tools/call") <= 12  # each call once, and once more unless its new session was refused
+    assert methods.count("initialize") <= 3 and http_sessions.tool_runs() == []
+    told = [record.getMessage() for record in caplog.records]
+    assert not any("went away" in line for line in told), told
+    assert elapsed < 8, f"{elapsed:.1f}s: the calls waited for their time limit"
+
+
+async def test_calls_refused_with_a_concurrency_of_one_each_reopen_once_and_answer_refused(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One call at a time: each call's first try lands on the session the one before it had opened, so
+    # each refusal closes a session no other call is using, and each call is sent exactly twice.
+    monkeypatch.setenv(settings.CONCURRENCY, "1")
+    await http_sessions.start()
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        await http_sessions.restart(SESSIONS_REFUSE_CALLS="1")
+        results = await whoami_batch(router, "b0", "b1", "b2")
+    assert [item["status"] for item in results] == ["error"] * 3
+    assert all("refused the call on a new session too" in item["error"] for item in results), results
+    assert http_sessions.methods().count("tools/call") == 6 and http_sessions.tool_runs() == []
+
+
+async def test_the_call_time_limit_bounds_the_first_try_the_reopen_and_the_resend(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "2")
+    await http_sessions.start()
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        await http_sessions.restart(SESSIONS_SLOW_INITIALIZE="30")  # it will not answer the reopen in time
+        started = time.perf_counter()
+        results = await whoami_batch(router, "b0", "b1")
+        elapsed = time.perf_counter() - started
+    timed_out = "TimeoutError: the backend call timed out after 2s"
+    assert [(item["status"], item["error"]) for item in results] == [("error", timed_out)] * 2
+    assert "initialize" in http_sessions.methods() and http_sessions.tool_runs() == []
+    assert elapsed < 15, f"{elapsed:.1f}s: the reopen was not bounded by the call time limit"
+
+
+@pytest.mark.skipif(_compat.SDK_2, reason="SDK 1.x's own error for an HTTP 404")
+def test_on_sdk_1_a_404_proves_the_call_never_ran_only_for_a_tool_the_session_listed() -> None:
+    from mcp.shared.exceptions import McpError
+    from mcp.types import ErrorData
+
+    refused = McpError(ErrorData(code=32600, message="Session terminated"))
+    # 1.x lists the tools after a call when its session has not listed this one, to check the result:
+    # a 404 to that list comes after the tool ran.
+    assert _compat._CallRefusal(listed=True).proves_session_unknown(refused)
+    assert not _compat._CallRefusal(listed=False).proves_session_unknown(refused)
+    other = McpError(ErrorData(code=-32600, message="Session terminated"))  # a server's own words
+    assert not _compat._CallRefusal(listed=True).proves_session_unknown(other)
+
+
+# -- a session the router closes, and verdicts on a session it has replaced --------------------
+
+
+async def test_a_call_waiting_on_a_session_the_router_closes_fails_at_once(http_sessions: HttpSessions) -> None:
+    # Before, on SDK 1.x, a call waiting on a session as the router closed it waited out its whole time
+    # limit (here it has none: it waited for ever); a probe did the same.
+    await http_sessions.start()
+    backend = RemoteBackend("up", HttpBackend(http_sessions.url))
+    outcome: list[BaseException] = []
+
+    async def slow_call() -> None:
+        try:
+            await backend.call("pause", {"seconds": 60})
+        except Exception as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(backend.run)
+            await backend.first_attempt.wait()
+            assert backend.client is not None, backend.error
+            tasks.start_soon(slow_call)
+            while "pause" not in http_sessions.tool_runs():  # the call is under way on the backend
+                await anyio.sleep(0.02)
+            started = time.perf_counter()
+            backend.close()
+            await backend.stopped.wait()
+            while not outcome:
+                await anyio.sleep(0.02)
+            waited = time.perf_counter() - started
+    assert isinstance(outcome[0], ConnectionError) and "went away" in str(outcome[0]), outcome
+    assert waited < 10, f"{waited:.1f}s: the call waited on the closed session"
+
+
+async def test_a_late_verdict_on_a_replaced_session_leaves_the_new_session_open(http_sessions: HttpSessions) -> None:
+    # A call that failed on a session after the router had replaced it probes that old session, which
+    # answers nothing: before, that verdict broke whichever session was open by then.
+    await http_sessions.start()
+    backend = RemoteBackend("up", HttpBackend(http_sessions.url))
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(backend.run)
+            await backend.first_attempt.wait()
+            old = backend.client
+            assert old is not None, backend.error
+            await http_sessions.restart()
+            answer = await backend.call("whoami", {"tag": "after"})  # refused, reopened, sent again
+            new = backend.client
+            assert answer.structured == {"pid": http_sessions.pid, "tag": "after"} and new is not old
+            with pytest.raises(ConnectionError, match="went away"):
+                await backend._call(old, "whoami", {"tag": "late"})  # how a call begun on the old session ends
+            await anyio.sleep(0.3)  # a reopen would be under way by now
+            assert backend.client is new and not backend._broken.is_set()
+            assert (await backend.call("whoami", {"tag": "still"})).structured["tag"] == "still"
+            backend.close()
+    assert http_sessions.methods().count("initialize") == 1  # the new process saw one session: no second reopen
+    assert http_sessions.tool_runs() == ["after", "still"]

@@ -40,6 +40,11 @@ MIN_PROBE_SECONDS = 0.5
 # with a probe that may wait as long as a call may (the configured call time limit), at least this
 # (a backend busy for a moment is not lost) and at most a handshake.
 MIN_CHECK_SECONDS = 2.0
+# A backend that no longer knows the router's session (HTTP 404: it restarted, or ended the session) refuses
+# every call in flight on it, and each is sent again on the next session. Closing the lost session would
+# cut off the refusals still on their way, as failed calls, so it is closed once none is in flight, or
+# after this long.
+LOST_SESSION_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,9 @@ class RemoteBackend:
         self.failures = 0  # opens failed in a row
         self.short_lived = 0  # sessions in a row that ended within STABLE_SECONDS of opening
         self._opened_at: float | None = None
+        self._attempted = anyio.Event()  # set, and replaced, each time a session opens or fails to
+        # the session the backend said it no longer knows, until the try to replace it has ended
+        self._lost: _compat.ClientHandle | None = None
         self._closing = anyio.Event()
         self.stopped = anyio.Event()  # ``run`` has returned: no session is open, nor will one be
 
@@ -98,13 +106,18 @@ class RemoteBackend:
                     await self._session()
                 except Exception as exc:  # a backend that will not start is reported, the rest serve on
                     self._failed(describe_failure(exc))
+                if self._opened_at is None:  # it never opened
+                    self._attempt_ended()
                 self._count_short_lived()
                 self.client = None
+                # A backend that said it lost the session is up: the calls it refused wait for the next one.
+                delay = 0.0 if self._lost is not None else self.retry_delay()
                 self._broken, self._check_wanted = anyio.Event(), anyio.Event()
                 self.first_attempt.set()
-                with anyio.move_on_after(self.retry_delay()):
+                with anyio.move_on_after(delay):
                     await self._closing.wait()
         finally:
+            self._attempt_ended()  # no session will open: the calls waiting for one hear it
             self.stopped.set()
 
     def close(self) -> None:
@@ -157,6 +170,7 @@ class RemoteBackend:
                 self.client, self.error, self.failures = client, None, 0
                 self._opened_at = anyio.current_time()
                 self.first_attempt.set()
+                self._attempt_ended()
                 await self._hold(client)
         if handshake.cancelled_caught:
             raise TimeoutError(f"no answer to the MCP handshake within {HANDSHAKE_SECONDS:g}s")
@@ -168,6 +182,22 @@ class RemoteBackend:
             checks.start_soon(self._break_when_ended, client)
             await self._broken.wait()
             checks.cancel_scope.cancel()
+        if client is self._lost:
+            with anyio.move_on_after(LOST_SESSION_GRACE):
+                while client.calls_in_flight:
+                    await anyio.sleep(0.01)
+
+    def _attempt_ended(self) -> None:
+        """Wake the calls waiting for a session: one is open (``client``), or the try failed (``error``)."""
+        self._lost = None
+        self._attempted.set()
+        self._attempted = anyio.Event()
+
+    def _break(self, client: _compat.ClientHandle) -> None:
+        """Reopen ``client``'s session if it is still the open one: a late verdict on a replaced session
+        (a probe that outlived it) says nothing of the session after it."""
+        if client is self.client:
+            self._broken.set()
 
     async def _break_when_ended(self, client: _compat.ClientHandle) -> None:
         # A stdio backend that exits while idle (a crash, an OOM kill) is reopened now, not after
@@ -176,7 +206,7 @@ class RemoteBackend:
         # told once for a backend that keeps ending its sessions as soon as they open
         level = logging.WARNING if self.short_lived == 0 else logging.DEBUG
         log.log(level, "backend %r closed its session; reopening it", self.name)
-        self._broken.set()
+        self._break(client)
 
     async def _check_when_asked(self, client: _compat.ClientHandle) -> None:
         while True:
@@ -188,7 +218,7 @@ class RemoteBackend:
                     self.name,
                     seconds,
                 )
-                self._broken.set()
+                self._break(client)
                 return
             log.debug("backend %r answered a probe after a call was cut off", self.name)
             # Only now: a call cut off while this probe waited was cut off before the session answered it.
@@ -200,20 +230,62 @@ class RemoteBackend:
             self._check_wanted.set()
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
-        client = self.client
-        if client is None:
-            raise ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
+        client = self._connected()
         try:
-            return await self._call(client, tool, arguments)
+            if client is not self._lost:  # else it is being closed: sent on it now, the call would be refused
+                try:
+                    return await self._call(client, tool, arguments)
+                except _compat.SessionUnknown:
+                    pass
+            # The backend refused the call for its session (HTTP 404 to the call itself) before the call
+            # reached any tool: nothing ran. Sent once more, on the session that replaces it, the call runs
+            # once, as asked (only read-only tools come this far: the gate blocks the rest). It is still
+            # this call, in its own time limit, with the rate token it was given.
+            client = await self._reopened(client)
+            if client is self._lost:  # another call was refused on it already: this one would be too
+                return _refused_again()
+            try:
+                return await self._call(client, tool, arguments)
+            except _compat.SessionUnknown:
+                # Not sent a third time, and no reopen: the session may serve other calls, and the
+                # next call refused on it reopens it.
+                return _refused_again()
         except anyio.get_cancelled_exc_class():
             # Cut off, by its time limit most often, or while it probed: the probe that decides runs
             # in the backend's task, as this call's own work may not outlive its cancellation.
             self._check(client)
             raise
 
+    def _connected(self) -> _compat.ClientHandle:
+        if self.client is None:
+            raise self._not_connected()
+        return self.client
+
+    def _not_connected(self) -> ConnectionError:
+        return ConnectionError(f"backend {self.name!r} is not connected ({self.error or 'connecting'})")
+
+    async def _reopened(self, lost: _compat.ClientHandle) -> _compat.ClientHandle:
+        """The session that replaces ``lost``, one the backend no longer knows; the calls refused on it share it."""
+        if lost is self.client and self._lost is not lost:
+            log.warning(
+                "backend %r no longer knows the router's session (HTTP 404: it restarted, or ended the session); "
+                "reopening it, and sending the calls it refused again",
+                self.name,
+            )
+            self._lost = lost
+            self._break(lost)
+        while self.client is None or self.client is lost:
+            if self._lost is None:  # no reopen under way: the try failed, or the router is stopping
+                raise self._not_connected()
+            await self._attempted.wait()
+        return self.client
+
     async def _call(self, client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
+        """``tool``'s answer on ``client``; ``SessionUnknown`` (the backend's own verdict on the session) is raised."""
         try:
             return await client.call_tool(tool, arguments)
+        except _compat.SessionUnknown:
+            raise
         except Exception as exc:
             # A JSON-RPC error, or an answer the client refuses, fails this call alone: tearing the
             # session down for it would fail every other call in flight on it. Only a session that
@@ -223,8 +295,13 @@ class RemoteBackend:
                 self._check(client)
             if answered is not False:
                 return _failed_call(exc)
-            self._broken.set()  # the owning task reconnects for the next call
+            self._break(client)  # the owning task reconnects for the next call
             raise ConnectionError(f"backend {self.name!r} went away: {type(exc).__name__}") from exc
+
+
+def _refused_again() -> _compat.Answer:
+    text = "the backend refused the call on a new session too: it does not know the router's MCP session (HTTP 404)"
+    return _compat.Answer(is_error=True, text=text)
 
 
 def probe_seconds() -> float:

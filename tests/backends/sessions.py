@@ -1,0 +1,117 @@
+"""A stateful streamable HTTP backend: it keeps each client's MCP session in memory, so a restart loses them.
+
+Run as a script (``python tests/backends/sessions.py PORT``). It speaks only the protocol versions that
+open a session, as SDK 1.x servers and most others do: a request of the sessionless 2026 protocol is
+refused, so an SDK 2.x client falls back to a session with it too. In its environment:
+``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended, and ``SESSIONS_CALLS``
+one to which each call of ``whoami`` appends its tag as it runs (the calls that reached the tool).
+``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
+(HTTP 404), and ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from centralmcp_batch import _compat
+
+READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+# What both SDK lines' session managers answer a request for a session they do not hold.
+UNKNOWN_SESSION = {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, "message": "Session not found"}}
+SESSIONLESS = {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, "message": "Unsupported protocol"}}
+
+
+def sessions_server() -> Any:
+    server = _compat.new_server("sessions")
+
+    def whoami(tag: str = "") -> dict[str, Any]:
+        _append("SESSIONS_CALLS", tag)
+        return {"pid": os.getpid(), "tag": tag}
+
+    async def pause(seconds: float) -> dict[str, Any]:
+        _append("SESSIONS_CALLS", "pause")
+        await anyio.sleep(seconds)
+        return {"paused": seconds}
+
+    _compat.add_tool(server, whoami, name="whoami", description="which process answers", annotations=READ)
+    _compat.add_tool(server, pause, name="pause", description="answers after a while", annotations=READ)
+    return server
+
+
+def _append(variable: str, line: str) -> None:
+    path = os.environ.get(variable)
+    if path:
+        with Path(path).open("a") as seen:
+            seen.write(f"{line}\n")
+
+
+def observed(app: Any) -> Any:
+    """``app``, telling each method it receives and, as the environment asks, refusing or delaying some."""
+
+    async def served(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, receive = await _read(receive)
+        headers = dict(scope["headers"])
+        method = _method(body)
+        _append("SESSIONS_SEEN", method or "-")
+        if headers.get(b"mcp-protocol-version", b"") > b"2026":  # the sessionless protocol: not spoken here
+            await _answer(send, 400, SESSIONLESS)
+        elif method == "tools/call" and b"mcp-session-id" in headers and os.environ.get("SESSIONS_REFUSE_CALLS"):
+            await _answer(send, 404, UNKNOWN_SESSION)
+        else:
+            if method == "initialize":
+                await anyio.sleep(float(os.environ.get("SESSIONS_SLOW_INITIALIZE", "0")))
+            await app(scope, receive, send)
+
+    return served
+
+
+async def _read(receive: Any) -> tuple[bytes, Any]:
+    """The request's body, and a ``receive`` that gives it to the app again, then waits as the server's does."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = b"".join(chunks)
+    given = False
+
+    async def replay() -> Any:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return body, replay
+
+
+def _method(body: bytes) -> str | None:
+    try:
+        method = json.loads(body).get("method")
+    except (ValueError, AttributeError):  # not JSON, or not one JSON-RPC object
+        return None
+    return method if isinstance(method, str) else None
+
+
+async def _answer(send: Any, status: int, message: dict[str, Any]) -> None:
+    body = json.dumps(message).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    app = observed(_compat.http_app(sessions_server(), stateless=False))
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
