@@ -458,6 +458,8 @@ def read_result(result: Any) -> Answer:
 
 
 MAX_TOOL_PAGES = 1_000
+# How long the notice that a request was abandoned may wait to be sent (SDK 1.x: see ``_call_tool``).
+CANCEL_NOTICE_SECONDS = 1.0
 _T = TypeVar("_T")
 
 
@@ -528,7 +530,9 @@ class ClientHandle:
             return await self.session.call_tool(name, arguments, read_timeout_seconds=wait, progress_callback=progress)
         except anyio.get_cancelled_exc_class():
             if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
-                with anyio.CancelScope(shield=True):
+                # Shielded from the call's own cancellation, but not for ever: a backend that stopped
+                # reading its input holds every message to it, this notice too.
+                with anyio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
                     await _send_cancelled(self.session, request_id)
             raise
 

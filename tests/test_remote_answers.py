@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,31 @@ async def test_a_session_that_stops_answering_is_reopened_after_a_call_times_out
     assert gone(second)
     told = [record.getMessage() for record in caplog.records if record.name == backends.__name__]
     assert any("did not answer a probe" in line and "reopening" in line for line in told), told
+
+
+async def test_a_stuck_backend_whose_input_is_full_cannot_hold_a_batch_past_its_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A backend stuck for good stops reading its stdin: once the pipe is full (64 KB on Linux), every
+    # message to it waits, the notice that a cut-off call was abandoned too. That notice is sent shielded
+    # (the call's own cancellation must not stop it). On SDK 1.x, where the router sends it, it had no
+    # limit of its own and held its entry, the batch and the router's stop for as long as the backend
+    # stayed stuck; it now gives up after 1 s. SDK 2.x sends its own and gives up after 5 s.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
+    monkeypatch.setenv(settings.BATCH_TIMEOUT, "3")
+    monkeypatch.setenv(settings.CONCURRENCY, "8")
+    router = hostile_router()
+    pad = "x" * 19_000  # the tool takes any object: eight calls of this fill the pipe
+    calls = [{"name": "freeze", "arguments": {"pad": pad}} for _ in range(8)]
+    async with router.connected():
+        first = await pid(router)
+        started = time.perf_counter()
+        with anyio.fail_after(30):
+            answer = await call(router.server, "invoke_read_tool_batch", {"calls": calls})
+        elapsed = time.perf_counter() - started
+        assert [item["status"] for item in answer.structured["results"]] == ["error"] * 8
+        assert elapsed < 15, f"{elapsed:.1f}s: the batch time limit is 3 s"
+    assert gone(first)
 
 
 async def test_calls_cut_off_together_start_one_probe_and_a_late_answer_keeps_the_session(
