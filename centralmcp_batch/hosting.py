@@ -135,8 +135,6 @@ def _check_marked(plugin: object, attribute: str, name: str) -> None:
     required = [
         p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
-    if isinstance(plugin, type) and required[:1] == ["self"]:
-        required = required[1:]
     unknown = [arg for arg in required if arg not in spec]
     if unknown:
         raise pluggy.PluginValidationError(
