@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,8 @@ from standins.centralmcp_middleware import is_secret_name
 
 from centralmcp_batch import HostContractError, PluginError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
+from centralmcp_batch.host import HostHooks
+from centralmcp_batch.models import CallContext
 from centralmcp_batch.testing import HostConformance, call
 
 pytestmark = pytest.mark.anyio
@@ -359,6 +362,93 @@ async def test_an_entry_is_never_bounded_looser_than_a_single_read_of_it(
     ]
     assert len(single_preview["preview"]) == 2048
     assert entry_preview["_response_bounds"]["byte_limit"] == 2048 and len(entry_preview["preview"]) == 2048
+
+
+SINGLE_READ_BYTES = "CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES"
+PAGES = [{"id": f"p{i}", "name": "list_devices", "arguments": {"site_id": "hq", "count": 150}} for i in range(3)]
+
+
+def byte_limits(response: dict[str, Any]) -> list[int]:
+    return [item["result"]["_response_bounds"]["byte_limit"] for item in response["results"]]
+
+
+def count_asks(router: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What the router answers each time it is asked for its single-read bound, in order."""
+    asked: list[int] = []
+    own = router._response_budget_bytes
+
+    def counted() -> int:
+        asked.append(own())
+        return asked[-1]
+
+    monkeypatch.setattr(router, "_response_budget_bytes", counted)
+    return asked
+
+
+async def test_a_batch_asks_the_router_for_its_single_read_bound_once_and_the_next_batch_anew(
+    adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = count_asks(adopted, monkeypatch)
+    monkeypatch.setenv(SINGLE_READ_BYTES, "2048")
+    assert byte_limits(await batch(adopted, PAGES)) == [2048] * 3
+    monkeypatch.setenv(SINGLE_READ_BYTES, "4096")  # the operator's change applies to the next batch
+    assert byte_limits(await batch(adopted, PAGES)) == [4096] * 3
+    assert asked == [2048, 4096]  # once per batch, not once per entry
+    assert byte_limits(await batch(adopted, PAGES[:1])) == [4096] and asked == [2048, 4096, 4096]
+
+
+async def test_two_batches_at_once_each_keep_the_bound_the_router_gave_as_it_started(
+    adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SINGLE_READ_BYTES, "2048")
+    held, release = anyio.Event(), anyio.Event()
+
+    async def hold_the_first_token() -> None:
+        if not held.is_set():
+            held.set()
+            await release.wait()
+
+    adopted.set_dispatch_rate_gate(hold_the_first_token)
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def first() -> None:
+        answers["first"] = await batch(adopted, PAGES)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(first)
+        await held.wait()  # the first batch has started, its first entry not yet dispatched
+        monkeypatch.setenv(SINGLE_READ_BYTES, "4096")
+        answers["second"] = await batch(adopted, PAGES)
+        release.set()
+    assert byte_limits(answers["first"]) == [2048] * 3
+    assert byte_limits(answers["second"]) == [4096] * 3
+
+
+@pytest.mark.parametrize("ending", ["completed", "cancelled"])
+async def test_a_read_after_a_batch_in_the_task_that_ran_it_asks_the_router_again(
+    router: ModuleType, tokens: Tokens, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    # A batch entry takes the bound its batch read as it started; a read after the batch, in the same
+    # task (as the conformance kit dispatches), must not be handed that batch's bound.
+    hooks = HostHooks(centralmcp.adopt(router))
+    monkeypatch.setenv(SINGLE_READ_BYTES, "2048")
+    if ending == "completed":
+        assert byte_limits(await batch_tool.run(hooks, PAGES)) == [2048] * 3
+    else:
+        with anyio.CancelScope() as scope:
+
+            async def cancel_the_batch() -> None:
+                scope.cancel()
+                await anyio.sleep(0)
+
+            router.set_dispatch_rate_gate(cancel_the_batch)
+            await batch_tool.run(hooks, PAGES)
+        assert scope.cancelled_caught
+    monkeypatch.setenv(SINGLE_READ_BYTES, "4096")
+    tool = await hooks.find_tool("list_devices")
+    context = CallContext(index=0, call_id="0", in_batch=True)
+    answer = await hooks.dispatch_read(tool, PAGES[0]["arguments"], None, 300_000, context)
+    assert answer["_response_bounds"]["byte_limit"] == 4096
 
 
 async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(

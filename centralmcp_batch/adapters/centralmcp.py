@@ -14,7 +14,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
@@ -43,6 +45,11 @@ class CentralMCPHooks:
         # Routers before the batch era bound at their own byte budget only.
         self._bounds_per_call = "max_bytes" in inspect.signature(router._bound_router_response).parameters
         self._refs: dict[str, tuple[Any, Any, ToolRef]] = {}  # name -> (tool object, its annotations, the ref)
+        # The router's single-read bound as the batch running in this context read it at its start; None
+        # outside a batch. Per instance, as two routers in one process have budgets of their own.
+        self._batch_read_bytes: ContextVar[int | None] = ContextVar(
+            f"centralmcp_adapter_read_bytes_{id(self)}", default=None
+        )
 
     def _backend_tool(self, name: str) -> Any:
         self.router._load_all_backends()
@@ -104,22 +111,50 @@ class CentralMCPHooks:
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
         except Exception as e:
             return {"error": _error_text(e, self._backend_tool(tool.name))}
-        limit = self._entry_limit(max_bytes)
+        limit = self._entry_limit(max_bytes, context)
         answer = self._bound(result, limit, resume or 0, tool.name, args)
         if _clipped(answer):  # a page, or a preview of the text
             bound = functools.partial(self._bound, offset=resume or 0, name=tool.name, args=args)
             answer = self._refit(answer, result, bound, limit, max_bytes)
         return answer
 
-    def _entry_limit(self, share: int) -> int:
+    # The three observer hooks take every argument of their specs, unused: the facade calls them directly.
+    @hookimpl
+    def centralmcp_batch_started(self, total: int) -> None:
+        # The router reads its environment each time it is asked (2 us): asked once here, in the batch's own
+        # task before any entry starts, it holds for every entry of this batch (its workers' tasks copy this
+        # context) and no other; the next batch asks again, so a change applies to it. A batch of one
+        # leaves it to its entry: still one question, and none for an entry that never dispatches.
+        try:
+            self._batch_read_bytes.set(self._single_read_bytes() if total > 1 else None)
+        except Exception:  # each entry asks again, and fails there as a single read would
+            self._batch_read_bytes.set(None)
+
+    @hookimpl
+    def centralmcp_batch_completed(self, response: Mapping[str, Any], seconds: float) -> None:
+        self._batch_read_bytes.set(None)  # a read after the batch, in the task that ran it, asks the router
+
+    @hookimpl
+    def centralmcp_batch_cancelled(self, seconds: float) -> None:
+        self._batch_read_bytes.set(None)
+
+    def _entry_limit(self, share: int, context: CallContext) -> int:
         """The bytes an entry is bounded at: its share, but never more than a single read of the router gets.
 
         The router bounds ``invoke_read_tool`` at its own byte budget (``CENTRALMCP_ROUTER_RESPONSE_MAX_BYTES``);
         a share above that (a batch of one, or of a few under a lowered budget) would let an entry
-        answer more than the same read alone may.
+        answer more than the same read alone may. A batch entry takes the bound its batch read as it
+        started (see ``centralmcp_batch_started``); any other call asks the router.
         """
-        single_read_bytes = getattr(self.router, "_response_budget_bytes", None)
-        return min(share, int(single_read_bytes())) if callable(single_read_bytes) else share
+        single_read_bytes = self._batch_read_bytes.get() if context.in_batch else None
+        if single_read_bytes is None:
+            single_read_bytes = self._single_read_bytes()
+        return min(share, single_read_bytes)
+
+    def _single_read_bytes(self) -> int:
+        """The router's bound on one ``invoke_read_tool`` now; no bound for a router that has none."""
+        budget_bytes = getattr(self.router, "_response_budget_bytes", None)
+        return int(budget_bytes()) if callable(budget_bytes) else sys.maxsize
 
     def _bound(self, value: Any, limit: int, offset: int, name: str, args: dict[str, Any]) -> Any:
         """The router's own bounding of ``value``, to ``limit`` bytes where the router takes a limit per call."""
