@@ -127,6 +127,10 @@ class HookCalls:
     def __init__(self, pluginmanager: pluggy.PluginManager, plans: Mapping[str, tuple[Impl, ...] | None]) -> None:
         self._hook = pluginmanager.hook
         self._plans = plans
+        # (plans, plugin) -> those plans without that plugin's observers after batch_started. Shared by the
+        # copies ``for_batch`` makes: a plugin that answers False does so batch after batch, and narrowing
+        # anew each time was 2 us of every batch (3% of a batch of one).
+        self._narrowed: dict[tuple[int, str], tuple[Mapping[str, tuple[Impl, ...] | None], dict[str, Any]]] = {}
         gates = self._hook.centralmcp_read_gate.get_hookimpls()
         # A gate that is only a wrapper wraps nothing: no implementation answers, so none allows.
         self.has_gate = _has_plain(gates)
@@ -256,10 +260,14 @@ class HookCalls:
         if answer is not False:
             return
         plugin = impl[2]
-        self._plans = {
-            name: tuple(i for i in impls if i[2] != plugin) if name in _AFTER_START and impls else impls
-            for name, impls in self._plans.items()
-        }
+        key = (id(self._plans), plugin)
+        known = self._narrowed.get(key)
+        if known is None or known[0] is not self._plans:  # the plans themselves are kept: an id is not reused
+            if len(self._narrowed) >= 64:  # plugins that answer False now and then: only the latest kept
+                self._narrowed.clear()
+            known = (self._plans, _without_observer(self._plans, plugin))
+            self._narrowed[key] = known
+        self._plans = known[1]
         self.hears_tokens = bool(self._plans["centralmcp_rate_token_waited"])
 
     def rate_token_waited(self, tool: ToolRef, seconds: float) -> Awaitable[None] | None:
@@ -291,6 +299,14 @@ class HookCalls:
             if heard is not None:
                 heard(impl, answer)
         return None
+
+
+def _without_observer(plans: Mapping[str, tuple[Impl, ...] | None], plugin: str) -> dict[str, Any]:
+    """``plans`` with ``plugin`` no longer told what follows ``centralmcp_batch_started``."""
+    return {
+        name: tuple(i for i in impls if i[2] != plugin) if name in _AFTER_START and impls else impls
+        for name, impls in plans.items()
+    }
 
 
 def _is_plain(hookimpl: Any) -> bool:

@@ -190,6 +190,28 @@ async def test_an_observer_that_answers_false_hears_nothing_more_of_that_batch(q
     assert sorted(heard) == ["loud: token", "quiet: token"]
 
 
+async def test_observers_answering_false_or_not_batch_after_batch_each_hear_exactly_their_batches() -> None:
+    # What a batch narrows is remembered for the next batches; whoever answers otherwise next time hears it all.
+    heard: list[str] = []
+    first, second = Listener(False, heard, "first"), Listener(False, heard, "second")
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), first, Listener(None, heard, "loud"), second)
+    for answers in [(False, False), (False, False), (None, False), (False, None), (None, None), (False, False)]:
+        first.answer, second.answer = answers
+        heard.clear()
+        batch = hooks.calls().for_batch()
+        assert batch.batch_started(1) is None
+        batch.rate_token_waited(TOOL, 0.0)
+        batch.batch_completed({}, 0.0)
+        listening = ["loud"] + [
+            label for label, answer in zip(("first", "second"), answers, strict=True) if answer is None
+        ]
+        assert sorted(heard) == sorted(
+            [f"{label}: started" for label in ("first", "loud", "second")]
+            + [f"{label}: {what}" for label in listening for what in ("token", "completed")]
+        ), answers
+        assert batch.hears_tokens
+
+
 class DefaultedGate:
     """A gate whose argument has a default: pluggy decides what it is given, so the facade lets it."""
 
