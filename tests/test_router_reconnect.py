@@ -3,6 +3,7 @@ HTTP backend that lost the router's session has the calls it refused sent again 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
 from centralmcp_batch import HostContractError, _compat, settings
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.models import ToolRef
-from centralmcp_batch.router import HttpBackend, Router, StdioBackend
+from centralmcp_batch.router import HttpBackend, Router, StdioBackend, backends
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
@@ -109,6 +110,52 @@ async def test_a_backend_killed_while_idle_is_reopened_before_the_next_call(
         assert any("closed its session; reopening it" in record.getMessage() for record in caplog.records)
         answer = (await call(router.server, "invoke_read_tool", {"name": "whoami"})).structured
         assert answer["pid"] not in (None, first_pid), answer
+
+
+def held_resources() -> tuple[int, int, int]:
+    """This process's open file descriptors, child processes and asyncio tasks (Linux: from /proc)."""
+    children = 0
+    for thread in os.listdir("/proc/self/task"):
+        children += len(Path(f"/proc/self/task/{thread}/children").read_text().split())
+    return len(os.listdir("/proc/self/fd")), children, len(asyncio.all_tasks())
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts child processes and descriptors in /proc")
+async def test_a_backend_killed_again_and_again_leaves_no_process_pipe_or_task_behind(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each reopen spawns a process with three pipes and a session with its tasks; one of them kept per
+    # reopen would pile up for as long as a crashing backend keeps being restarted.
+    monkeypatch.setattr(backends, "STABLE_SECONDS", 0.0)  # no growing delay between the reopens here
+    state.write_text("v1")
+    router = shifting_router(state)
+    async with router.connected():
+        backend = router.remotes["shifting"]
+        await call(router.server, "invoke_read_tool", {"name": "whoami"})  # the rate store's own connection opens
+        await anyio.sleep(0.5)
+        first = held_resources()
+        counts = []
+        for _ in range(KILLS):
+            old = backend.client
+            pid = (await call(router.server, "invoke_read_tool", {"name": "whoami"})).structured["pid"]
+            os.kill(pid, signal.SIGKILL)
+            with anyio.fail_after(30):
+                while backend.client in (old, None):
+                    await anyio.sleep(0.02)
+            counts.append(await settled(held_resources, first))
+        assert counts == [first] * KILLS, (first, counts)  # (fds, children, tasks) after each reopen
+        assert first[1] == 1  # the one live backend process, and no other
+
+
+KILLS = 5
+
+
+async def settled(measure: Callable[[], Any], expected: Any, seconds: float = 5.0) -> Any:
+    """``measure()`` once it reads ``expected`` (the old process reaped, its tasks ended), or after ``seconds``."""
+    with anyio.move_on_after(seconds):
+        while measure() != expected:
+            await anyio.sleep(0.05)
+    return measure()
 
 
 async def test_a_backend_down_at_start_up_joins_when_it_comes_up(state: Path) -> None:
