@@ -19,11 +19,11 @@ from importlib.metadata import version
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 import pydantic
 
 from .errors import ToolNameTaken
 from .process_groups import BackendProcesses
+from .worker_threads import run_sync_abandonable
 
 SDK_VERSION = version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".")[0])
@@ -356,7 +356,7 @@ def _in_worker_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
         # The answer comes back in a box, emptied here: anyio's worker thread holds the future that
         # carried it until the thread next gets the GIL, and a batch whose entries never yield keeps
         # the GIL, so the last raw answer (100 KB, say) would stay alive through the batch's encoding.
-        box = await anyio.to_thread.run_sync(functools.partial(boxed, **kwargs), abandon_on_cancel=True)
+        box = await run_sync_abandonable(functools.partial(boxed, **kwargs))
         return box.pop()
 
     return run_in_worker_thread

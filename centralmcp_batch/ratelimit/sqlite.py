@@ -24,8 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
-
+from ..worker_threads import run_sync_abandonable
 from . import gcra
 from .errors import StoreUnavailable
 from .reservation import Pace, Reservation
@@ -89,7 +88,7 @@ class SqliteStore:
     async def reserve(self, key: str, interval: float, burst: int) -> Reservation:
         # Abandoned on cancel: a thread stuck in a hung file system must not hold its caller (and
         # the limiter's time limit) hostage; it finishes, or not, on its own.
-        return await anyio.to_thread.run_sync(self._reserve, key, interval, burst, abandon_on_cancel=True)
+        return await run_sync_abandonable(self._reserve, key, interval, burst)
 
     def _reserve(self, key: str, interval: float, burst: int) -> Reservation:
         with self._connection_lock():
@@ -198,7 +197,7 @@ class SqliteStore:
             self._conn = None
 
     async def close(self) -> None:
-        await anyio.to_thread.run_sync(self._close, abandon_on_cancel=True)
+        await run_sync_abandonable(self._close)
 
     def _close(self) -> None:
         with contextlib.suppress(StoreUnavailable), self._connection_lock():
