@@ -25,8 +25,8 @@ _DETACHED_CALLS: set[asyncio.Task[Any]] = set()  # strong references, as the loo
 async def run_sync_abandonable(fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` in anyio's worker thread; a cancelled caller stops waiting, and the call runs on
     to its end in its thread, its answer dropped (a stuck call must not hold its caller)."""
-    loop = _running_asyncio_loop()
-    if not _ANYIO_KEEPS_CANCELLED_WORKERS or loop is None:
+    loop = _running_asyncio_loop() if _ANYIO_KEEPS_CANCELLED_WORKERS else None
+    if loop is None:  # a fixed anyio, or another event loop (trio): anyio's own way
         return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
     call = loop.create_task(_outcome(fn, args))
     _DETACHED_CALLS.add(call)
@@ -52,5 +52,5 @@ async def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool,
 def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
-    except RuntimeError:  # another event loop (trio): anyio's own way
+    except RuntimeError:  # another event loop (trio)
         return None
