@@ -79,3 +79,15 @@ def test_ci_runs_the_readme_test_commands_on_both_sdk_lines() -> None:
     assert "pip install -e '.[test]' && pytest" in development
     assert "pip install 'mcp>=1.28,<2' && pytest" in development
     assert "bash .ci/run" in development and "mkdocs build --strict" in development
+
+
+def test_the_layout_names_every_module_and_subpackage_of_the_package() -> None:
+    """Modules came one by one and the layout paragraph missed some (worker_threads.py, hookspecs.py)."""
+    layout = section("Development").partition("Layout:")[2]
+    assert layout, "the Development section has no 'Layout:' paragraph"
+    package = ROOT / "centralmcp_batch"
+    modules = [path.name for path in package.glob("*.py") if path.stem not in ("__init__", "__main__")]
+    subpackages = [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()]
+    assert len(modules) >= 15 and "router/" in subpackages  # the search found the package, not nothing
+    missing = sorted(name for name in modules + subpackages if f"`{name}" not in layout)
+    assert not missing, missing
