@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -17,6 +19,12 @@ from typing import Any
 import pytest
 
 from centralmcp_batch import hookspecs, settings
+from centralmcp_batch.cli import PROG
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -221,3 +229,111 @@ def test_the_performance_page_holds_every_table_target_and_option_of_the_benchma
         assert f"bench {option}" in figures or f" {option} " in figures, option
     for title in ("Against a CentralMCP-style sequential baseline", "The output schema, a documented decision"):
         assert len(section_of(figures, title).strip()) > 500, title
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced block of a page as (language, body); a block without a language has ''."""
+    blocks, language, body = [], None, []
+    for line in text.splitlines():
+        if line.startswith("```") and language is None:
+            language, body = line[3:].strip(), []
+        elif line.startswith("```"):
+            blocks.append((language, "\n".join(body)))
+            language = None
+        elif language is not None:
+            body.append(line)
+    return blocks
+
+
+def shown_command_lines() -> list[tuple[str, list[str]]]:
+    """The arguments after ``centralmcp-batch`` in every command a page's console or sh block runs."""
+    found = []
+    texts = {"README.md": (ROOT / "README.md").read_text(encoding="utf-8"), **pages()}
+    for name, text in texts.items():
+        for language, body in fenced_blocks(text):
+            if language not in ("console", "sh"):
+                continue
+            for line in body.replace("\\\n", " ").splitlines():
+                if language == "console" and not line.startswith("$ "):
+                    continue  # a line of output
+                for command in line.removeprefix("$ ").split("&&"):
+                    words = shlex.split(command, comments=True)
+                    if words[:3] == [
+                        "claude",
+                        "mcp",
+                        "add",
+                    ]:  # its own options, the server's name, then `--` and the command
+                        words = words[words.index("--") + 1 :] if "--" in words else []
+                    at = next((i for i, word in enumerate(words) if is_the_command(word)), None)
+                    if at is not None and at + 1 < len(words):
+                        found.append((name, words[at + 1 :]))
+    return found
+
+
+def is_the_command(word: str) -> bool:
+    """``centralmcp-batch``, a path to it, or ``$(which centralmcp-batch)`` as the shell word before it runs."""
+    return Path(word).name == PROG or word == f"$(which {PROG})"
+
+
+def parses(arguments: list[str]) -> bool:
+    from centralmcp_batch import bench, cli
+
+    try:
+        if arguments[0] == "bench":
+            bench.parser().parse_args(arguments[1:])
+        else:
+            cli.build_parser().parse_args(arguments)
+    except SystemExit:
+        return False
+    return True
+
+
+def test_every_command_a_page_shows_parses_with_the_real_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """A renamed or removed option fails here, not in the hands of a reader who copies the line."""
+    shown = shown_command_lines()
+    assert len(shown) >= 12  # the search found the guides' commands, not nothing
+    assert {arguments[0] for _, arguments in shown} >= {"serve", "demo", "plugins", "bench"}
+    refused = [(name, " ".join(arguments)) for name, arguments in shown if not parses(arguments)]
+    assert not refused, (refused, capsys.readouterr().err)
+
+
+def test_the_claude_desktop_example_runs_a_command_that_parses() -> None:
+    guide = pages()["guides/reference-router.md"]
+    config = next(json.loads(body) for language, body in fenced_blocks(guide) if language == "json")
+    server = config["mcpServers"]["centralmcp-batch"]
+    assert Path(server["command"]).name == PROG
+    assert parses(server["args"]), server["args"]
+
+
+def test_the_synopsis_names_each_subcommands_options_exactly() -> None:
+    """The four-line synopsis the README and the front page show, against each subcommand's parser."""
+    from centralmcp_batch import bench, cli
+
+    subcommands = next(action for action in cli.build_parser()._actions if action.dest == "command").choices
+    assert isinstance(subcommands, dict)
+    parsers = {**subcommands, "bench": bench.parser()}
+    for name, text in {
+        "README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
+        "index.md": pages()["index.md"],
+    }.items():
+        synopsis = next(body for language, body in fenced_blocks(text) if language == "" and f"{PROG} serve" in body)
+        lines = re.split(rf"^(?={PROG} )", synopsis, flags=re.M)
+        shown = {line.split()[1]: set(re.findall(r"--[a-z][a-z-]*", line)) for line in lines if line.strip()}
+        assert shown.keys() == parsers.keys(), name
+        for command, options in shown.items():
+            assert options == long_options(parsers[command]), (name, command)
+
+
+def test_the_router_toml_example_and_its_error_are_what_the_parser_says() -> None:
+    """The guide's example passes the strict schema, and its sample error is the parser's own text."""
+    from centralmcp_batch.router.config import ConfigError, check_file
+
+    guide = pages()["guides/reference-router.md"]
+    example = next(body for language, body in fenced_blocks(guide) if language == "toml")
+    check_file(tomllib.loads(example))
+    said = re.search(r"for example `(backend 'tickets': key 'trust_annotations' is[^`]+)`", guide.replace("\n", " "))
+    assert said, "the guide no longer shows the trust_annotations error"
+    broken = example.replace("trust_annotations = false", 'trust_annotations = "false"')
+    with pytest.raises(ConfigError) as refused:
+        check_file(tomllib.loads(broken))
+    assert str(refused.value) == said.group(1)
