@@ -337,3 +337,20 @@ def test_the_router_toml_example_and_its_error_are_what_the_parser_says() -> Non
     with pytest.raises(ConfigError) as refused:
         check_file(tomllib.loads(broken))
     assert str(refused.value) == said.group(1)
+
+
+def test_the_host_guides_example_hooks_install_on_a_real_server() -> None:
+    """Its hook names and arguments are the spec's: ``hosting.install`` refuses a misspelled hook or argument."""
+    from centralmcp_batch import _compat, hosting
+
+    guide = pages()["guides/your-host.md"]
+    example = next(
+        body for language, body in fenced_blocks(guide) if language == "python" and "class MyHostHooks" in body
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "your-host.md", "exec"), namespace)  # the page's own code, as a reader copies it
+    hooks = namespace["MyHostHooks"](catalog={}, limiter=None, backends={})
+    pm = hosting.install(_compat.new_server("docs-example"), hooks)
+    implemented = {caller.name for caller in pm.get_hookcallers(hooks) or ()}
+    assert implemented == {name for name, _ in generator.specs() if name in vars(type(hooks))}
+    assert len(implemented) == 5  # three required host hooks and both optional ones
