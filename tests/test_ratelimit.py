@@ -68,6 +68,14 @@ def test_a_malformed_store_is_a_start_up_error_naming_the_forms(url: str) -> Non
         open_store(url)
 
 
+@pytest.mark.parametrize("url", ["redis://", "redis:///0", "rediss://?db=0", "memcached://x", "Memory"])
+def test_a_malformed_store_is_quoted_as_it_was_given(url: str) -> None:
+    """Only a password is hidden: the rest of the value is the operator's own, character for character."""
+    with pytest.raises(ValueError) as refused:
+        open_store(url)
+    assert f"CENTRALMCP_ROUTER_RATE_STORE={url!r}:" in str(refused.value)
+
+
 def test_the_key_and_the_rate_come_from_the_environment() -> None:
     env = {
         "CENTRALMCP_ROUTER_RATE_STORE": "memory",

@@ -53,6 +53,8 @@ def without_password(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:  # not even a URL (an unclosed IPv6 bracket): only its scheme is shown
         return url.split("://", 1)[0] + "://***"
+    if parts.password is None and "password=" not in parts.query.lower():
+        return url  # nothing to hide; a rebuilt URL would drop an empty host's slashes (redis:///0 as redis:/0)
     if parts.password is not None:
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
     if "password=" in parts.query.lower():
