@@ -84,6 +84,11 @@ def _role(name: str, hooks: Mapping[str, Any]) -> str:
     raise DocsDrift(f"plugin.toml does not say who implements {name}")
 
 
+def first_paragraph(doc: str) -> str:
+    """A docstring's summary on one line: its first paragraph, which may wrap (a first line alone cut one off)."""
+    return " ".join(doc.partition("\n\n")[0].split())
+
+
 def hooks_table(manifest: Mapping[str, Any]) -> str:
     """One row per hookspec: its call, who implements it, how its answers combine, what it means."""
     hooks = manifest.get("hooks", {})
@@ -91,7 +96,7 @@ def hooks_table(manifest: Mapping[str, Any]) -> str:
     for name, spec in specs():
         arguments = ", ".join(inspect.signature(spec).parameters)
         firstresult = getattr(spec, f"{hookspecs.PROJECT}_spec", {}).get("firstresult", False)
-        summary = (inspect.getdoc(spec) or "").partition("\n")[0]
+        summary = first_paragraph(inspect.getdoc(spec) or "")
         if not summary:
             raise DocsDrift(f"hookspec {name} has no docstring")
         answers = "the first that is not None" if firstresult else "every implementation"

@@ -86,6 +86,20 @@ def test_every_hookspec_is_in_the_generated_table_and_the_reference() -> None:
         assert f"`{name}({arguments})`" in hooks_page, name
 
 
+def test_every_hook_row_means_what_the_specs_first_paragraph_says_whole() -> None:
+    """A summary that wraps onto a second line was cut off mid-sentence in the table."""
+    rows = {
+        line.split("`")[1].partition("(")[0]: line
+        for line in pages()["reference/hooks.md"].splitlines()
+        if line.startswith("| [`centralmcp_")
+    }
+    assert len(rows) == len(generator.specs())
+    for name, spec in generator.specs():
+        meaning = rows[name].rstrip(" |").rpartition(" | ")[2]
+        first = " ".join((inspect.getdoc(spec) or "").partition("\n\n")[0].split())
+        assert meaning == first and meaning.endswith("."), (name, meaning)
+
+
 def test_every_hookspec_documents_each_of_its_parameters() -> None:
     """mkdocstrings renders the ``:param:`` lines; a parameter without one would be a blank row."""
     for name, spec in generator.specs():
