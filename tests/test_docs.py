@@ -76,6 +76,21 @@ def test_every_batch_setting_has_a_generated_row_with_its_default_and_range() ->
         assert len(cells[3]) > 20
 
 
+def test_the_hand_written_rows_give_each_router_and_demo_setting_its_default_and_range() -> None:
+    """The reference router's and the demo's numbers are read through ``Setting`` too, but their rows are typed."""
+    from centralmcp_batch.ratelimit import RATE
+    from centralmcp_batch.router.core import CURSOR_TTL, MAX_BYTES, MAX_ITEMS
+    from centralmcp_batch.router.demo import LATENCY
+
+    configuration = pages()["reference/configuration.md"]
+    for setting in (RATE, MAX_ITEMS, MAX_BYTES, CURSOR_TTL, LATENCY):
+        row = next(line for line in configuration.splitlines() if line.startswith(f"| `{setting.env}` |"))
+        default, accepted = (cell.strip() for cell in row.strip("|").split("|")[1:3])
+        bounds = "and up" if setting.maximum is None else f"to {setting.maximum:g}"
+        assert default == f"{setting.default:g}", (setting.env, default)
+        assert accepted.startswith(f"{setting.minimum:g} {bounds}"), (setting.env, accepted)
+
+
 def test_every_hookspec_is_in_the_generated_table_and_the_reference() -> None:
     hooks_page = pages()["reference/hooks.md"]
     assert "::: centralmcp_batch.hookspecs" in (DOCS / "reference" / "hooks.md").read_text()
