@@ -383,3 +383,38 @@ def test_the_host_guides_example_hooks_install_on_a_real_server() -> None:
     implemented = {caller.name for caller in pm.get_hookcallers(hooks) or ()}
     assert implemented == {name for name, _ in generator.specs() if name in vars(type(hooks))}
     assert len(implemented) == 5  # three required host hooks and both optional ones
+
+
+def test_the_batch_contracts_limits_table_holds_the_engines_own_numbers() -> None:
+    from centralmcp_batch import budget, engine, models
+
+    page = pages()["reference/batch.md"]
+    rows = {}
+    for line in section_of(page, "Limits").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and not set(cells[0]) <= set("-"):
+            rows[cells[0]] = (cells[1], cells[2])
+    by_env = {setting.env: setting for setting in settings.SETTINGS}
+    budget_setting, concurrency = by_env[settings.RESPONSE_MAX_BYTES], by_env[settings.CONCURRENCY]
+    expected = {
+        "entries per batch": (f"{models.MAX_CALLS}", "-"),
+        "id / name length": (f"{models.MAX_ID_CHARS} / {models.MAX_NAME_CHARS} characters", "-"),
+        "arguments": (
+            f"{models.MAX_ARGUMENT_BYTES:,} bytes as JSON, {models.MAX_ARGUMENT_DEPTH} levels deep",
+            "-",
+        ),
+        "result nesting": (f"{engine.MAX_RESULT_DEPTH} levels", "-"),
+        "response budget": (
+            f"{budget_setting.default:,.0f} bytes (minimum {budget_setting.minimum:,.0f})",
+            f"`{budget_setting.env}`",
+        ),
+        "entries running at once": (
+            f"{concurrency.default:g} ({concurrency.minimum:g} to {concurrency.maximum:g})",
+            f"`{concurrency.env}`",
+        ),
+        "time per backend call": (f"{by_env[settings.CALL_TIMEOUT].default:g} s", f"`{settings.CALL_TIMEOUT}`"),
+        "time per batch": (f"{by_env[settings.BATCH_TIMEOUT].default:g} s", f"`{settings.BATCH_TIMEOUT}`"),
+        "error text per item": (f"{engine.ERROR_CHARS} characters ({budget.SHORT_ERROR_CHARS} when shrunk)", "-"),
+    }
+    rows.pop("Limit", None)  # the header
+    assert rows == expected
