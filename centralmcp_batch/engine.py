@@ -32,6 +32,7 @@ from .models import (
     MAX_CALLS,
     MAX_ID_CHARS,
     MAX_NAME_CHARS,
+    BatchCall,
     Outcome,
     ToolRef,
 )
@@ -40,6 +41,10 @@ from .settings import BatchSettings
 log = logging.getLogger(__name__)
 
 ERROR_CHARS = 500
+# The keys of a call object, as the published input schema states them (it allows no others).
+ENTRY_KEYS = frozenset(BatchCall.model_fields)
+# How much of an unknown key an invalid_call item shows.
+UNKNOWN_KEY_CHARS = 40
 MIN_SHARE = 1024
 # Room kept in each entry's share for its server's name, which is not known until the entry is
 # resolved: longer names can cost the last results their place in a response filled to the brim.
@@ -402,6 +407,7 @@ def parse_entry(index: int, raw: Any) -> Entry:
             and 0 < len(name) <= MAX_NAME_CHARS
             and name.isascii()
             and (cursor is None or type(cursor) is str)
+            and raw.keys() <= ENTRY_KEYS
             and _arguments_problem(arguments) is None
         ):
             return ValidCall(index, call_id, name, arguments or {}, cursor)
@@ -425,9 +431,26 @@ def _parse_in_order(index: int, raw: Any) -> Entry:
     problem = _name_problem(name) or _arguments_problem(raw.get("arguments"))
     if problem is None and raw.get("cursor") is not None and not isinstance(raw.get("cursor"), str):
         problem = "cursor must be a string"
+    if problem is None:
+        problem = _unknown_key_problem(raw)
     if problem is not None:
         return InvalidCall(index, call_id, echo, problem)
     return ValidCall(index, call_id, cast(str, name), raw.get("arguments") or {}, raw.get("cursor"))  # checked above
+
+
+def _unknown_key_problem(entry: dict[Any, Any]) -> str | None:
+    """A key the call object does not have: a misspelled ``argumnts`` would otherwise run the call with ``{}``.
+
+    The key is named (cut, and escaped by ``repr``) so the typo can be found; it is the entry's own key,
+    never a value, and no middleware puts a secret back into a key.
+    """
+    unknown = next((key for key in entry if key not in ENTRY_KEYS), None)
+    if unknown is None:
+        return None
+    shown = repr(unknown)
+    if len(shown) > UNKNOWN_KEY_CHARS:
+        shown = shown[: UNKNOWN_KEY_CHARS - 3] + "..."
+    return f"unknown key {shown}: a call has only name, arguments, id and cursor"
 
 
 def _name_problem(name: Any) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from centralmcp_batch import engine
+from centralmcp_batch import engine, models
 from centralmcp_batch.engine import Guards, ValidCall
 from centralmcp_batch.models import Outcome, ToolRef
 from centralmcp_batch.settings import BatchSettings
@@ -333,6 +333,21 @@ SECRET = "s3cr3t-value"
             "a",
         ),
         ({"name": "a", "cursor": 5}, "cursor must be a string", "a"),
+        (
+            {"name": "a", "argumnts": {"x": SECRET}},
+            "unknown key 'argumnts': a call has only name, arguments, id and cursor",
+            "a",
+        ),
+        (
+            {"name": "a", "k" * 60: SECRET},
+            f"unknown key '{'k' * 36}...: a call has only name, arguments, id and cursor",
+            "a",
+        ),
+        (
+            {"name": "a", "\ud800": 1},
+            "unknown key '\\ud800': a call has only name, arguments, id and cursor",
+            "a",
+        ),
     ],
 )
 async def test_invalid_entries_say_the_bound_and_echo_no_value(entry: Any, error: str, tool: Any) -> None:
@@ -347,6 +362,28 @@ async def test_validation_order_first_failure_wins() -> None:
     assert response["results"][0]["error"] == "id must be a non-empty string"
     response = await run([{"name": 4, "arguments": "x", "cursor": 1}])
     assert response["results"][0]["error"] == "name must be a non-empty string"
+
+
+async def test_an_unknown_key_fails_only_its_entry_and_only_after_the_documented_checks() -> None:
+    """A misspelled ``argumnts`` would have run the call with ``{}``: it is refused, and nothing is read for it."""
+    seen: list[str] = []
+
+    async def spy(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        seen.append(call.id)
+        return Outcome("ok", TOOL, result=1)
+
+    calls = [{"name": "a", "id": "typo", "argumnts": {"x": 1}}, {"name": "a", "id": "fine", "arguments": {"x": 1}}]
+    response = await run(calls, spy)
+    assert [item["status"] for item in response["results"]] == ["invalid_call", "ok"] and seen == ["fine"]
+    assert response["failed_ids"] == ["typo"]
+    # The checks the contract lists keep their order: each comes before the unknown key.
+    response = await run([{"name": "a", "cursor": 5, "extra": 1}, {"name": "a", "arguments": 1, "extra": 1}])
+    assert [item["error"] for item in response["results"]] == ["cursor must be a string", "arguments must be an object"]
+
+
+def test_the_call_keys_are_the_published_schemas() -> None:
+    schema = models.input_schema()["properties"]["calls"]["items"]
+    assert set(schema["properties"]) == engine.ENTRY_KEYS and schema["additionalProperties"] is False
 
 
 def test_nesting_depth_counts_containers() -> None:

@@ -102,6 +102,16 @@ async def test_a_mixed_batch_end_to_end(centralmcp_server: Any, centralmcp_host:
     assert centralmcp_host.tokens == ["echo", "rows"]
 
 
+async def test_a_misspelled_key_over_mcp_is_an_invalid_call_not_a_call_without_arguments(
+    centralmcp_server: Any, centralmcp_host: Any
+) -> None:
+    calls = [{"name": "echo", "id": "typo", "argumnts": {"q": "a"}}, {"name": "echo", "id": "fine", "arguments": {}}]
+    answer = await call(centralmcp_server, "invoke_read_tool_batch", {"calls": calls})
+    typo, fine = answer.structured["results"]
+    assert typo["status"] == "invalid_call" and typo["error"].startswith("unknown key 'argumnts'")
+    assert fine["status"] == "ok" and centralmcp_host.dispatched == [("echo", {})]
+
+
 async def test_the_sample_host_pages_a_large_answer_and_binds_its_cursors(
     centralmcp_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
