@@ -99,15 +99,11 @@ async def test_untrusted_annotations_and_an_allow_list() -> None:
     assert [item["status"] for item in response["results"]] == ["blocked", "ok", "ok"]
 
 
-async def test_an_allow_list_changes_nothing_while_the_annotations_are_trusted() -> None:
-    """As the router.toml guide says: ``read_allow`` counts only with ``trust_annotations = false``."""
-    options = {"tickets": BackendOptions(read_allow=frozenset({"close_ticket", "unannotated_ticket_count"}))}
-    router = Router({"tickets": tickets_server()}, options=options)
-    response = await batch(
-        router.server,
-        [{"name": "close_ticket", "arguments": {"ticket_id": "T-1"}}, {"name": "unannotated_ticket_count"}],
-    )
-    assert [item["status"] for item in response["results"]] == ["blocked", "blocked"]
+def test_an_allow_list_beside_trusted_annotations_is_refused() -> None:
+    """It would change nothing (the annotations decide): an operator must not believe those tools allowed."""
+    with pytest.raises(HostContractError, match="read_allow applies only with trust_annotations = false"):
+        BackendOptions(read_allow=frozenset({"close_ticket"}))
+    assert BackendOptions(trust_annotations=False, read_allow=frozenset({"close_ticket"})).read_allow
 
 
 def test_two_backends_with_one_tool_name_are_a_startup_error() -> None:

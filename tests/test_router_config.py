@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from centralmcp_batch.router.catalog import ALLOW_LIST_NEEDS_DISTRUST
 from centralmcp_batch.router.config import ConfigError, load_router
 from centralmcp_batch.testing import call
 
@@ -55,6 +56,8 @@ def write(tmp_path: Path, body: str) -> Path:
             "backend 't': needs exactly one of module, command or url, got module and url",
         ),
         ('args = ["x"]', "backend 't': key 'args' applies to a command backend only, and this one has 'module'"),
+        ('read_allow = ["get_ticket"]', f"backend 't': {ALLOW_LIST_NEEDS_DISTRUST}"),
+        ('trust_annotations = true\nread_allow = ["get_ticket"]', f"backend 't': {ALLOW_LIST_NEEDS_DISTRUST}"),
     ],
 )
 def test_a_bad_key_refuses_with_one_error_naming_backend_key_given_and_expected(

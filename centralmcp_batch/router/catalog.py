@@ -11,6 +11,14 @@ from .._compat import ToolInfo
 from ..errors import HostContractError
 from ..models import ToolRef
 
+# An allow list beside trusted annotations would change nothing: the backend's own readOnlyHint decides.
+# Refused, so an operator never believes a tool allowed that stays blocked (or the reverse).
+ALLOW_LIST_NEEDS_DISTRUST = (
+    "read_allow applies only with trust_annotations = false: while the backend's annotations are trusted "
+    "(the default) they alone decide what is a read, and the list would change nothing. Set trust_annotations "
+    "= false to make exactly these tools reads, or drop read_allow"
+)
+
 
 @dataclass(frozen=True)
 class BackendOptions:
@@ -19,6 +27,10 @@ class BackendOptions:
     trust_annotations: bool = True
     read_allow: frozenset[str] = frozenset()
     concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_allow and self.trust_annotations:
+            raise HostContractError(ALLOW_LIST_NEEDS_DISTRUST)
 
 
 def capability(annotations: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import HttpBackend, StdioBackend
-from .catalog import BackendOptions
+from .catalog import ALLOW_LIST_NEEDS_DISTRUST, BackendOptions
 from .core import Router
 
 if sys.version_info >= (3, 11):
@@ -103,6 +103,8 @@ def check_backend(name: str, table: Any) -> None:
             raise ConfigError(
                 f"{where}: key {key!r} applies to a command backend only, and this one has {sources[0]!r}"
             )
+    if "read_allow" in table and table.get("trust_annotations", True):
+        raise ConfigError(f"{where}: {ALLOW_LIST_NEEDS_DISTRUST}")
 
 
 def check_file(data: Mapping[str, Any]) -> None:
