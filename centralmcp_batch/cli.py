@@ -167,6 +167,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandFailed as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """Exit 1 quietly: the reader of stdout went away (``plugins --json | head``), as with any shell tool.
+
+    Python would print the BrokenPipeError's traceback, and another one as it flushed stdout at exit:
+    stdout is pointed at the null device, so the final flush has somewhere to go.
+    """
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 1
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -308,7 +308,8 @@ class PluginReport:
 
     def unsatisfied(self) -> str:
         hooks = ", ".join(repr(name) for name in self.missing)
-        return f"plugin {self.name!r} requires host hook {hooks}, which no registered plugin implements"
+        noun = "hook" if len(self.missing) == 1 else "hooks"
+        return f"plugin {self.name!r} requires host {noun} {hooks}, which no registered plugin implements"
 
     def raise_if_unsatisfied(self) -> None:
         if self.missing:

@@ -144,6 +144,16 @@ def test_plugins_json_carries_the_manifest() -> None:
     assert batch["manifest"]["tools"] == [{"name": "invoke_read_tool_batch", "capability": "read"}]
 
 
+def test_a_reader_that_leaves_early_ends_plugins_quietly() -> None:
+    """``plugins --json | head -1``: no traceback on stderr, as from any shell tool whose reader left."""
+    command = [sys.executable, "-m", "centralmcp_batch", "plugins", "--json"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=FAST_DEMO)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the command writes
+    assert process.wait(timeout=120) == 1
+    assert process.stderr.read() == b""
+
+
 def test_plugins_shows_the_otel_observer_under_its_own_manifest_entry() -> None:
     finished = run_cli("plugins")
     assert finished.returncode == 0, finished.stderr

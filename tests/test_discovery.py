@@ -213,6 +213,11 @@ def test_a_missing_required_host_hook_is_a_startup_error_naming_it(host: Any, ho
     assert not _compat.has_tool(server, batch_tool.TOOL_NAME)
 
 
+def test_several_missing_host_hooks_are_named_in_the_plural() -> None:
+    with pytest.raises(HostContractError, match=r"plugin 'batch' requires host hooks 'centralmcp_\w+', 'centralmcp_"):
+        hosting.install(_compat.new_server("no host at all"))
+
+
 def test_an_implementation_without_a_spec_is_an_error() -> None:
     class Typo(InlineHost):
         @hookimpl

@@ -69,6 +69,13 @@ def test_a_bad_key_refuses_with_one_error_naming_backend_key_given_and_expected(
     assert str(refused.value) == f"{path}: {message}"
 
 
+def test_a_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[backends.t\n" + TICKETS)
+    with pytest.raises(ConfigError) as refused:
+        load_router(path)
+    assert str(refused.value).startswith(f"{path}: not valid TOML: Expected ']'")
+
+
 def test_an_env_table_with_a_wrong_value_never_shows_its_values(tmp_path: Path) -> None:
     path = write(tmp_path, '[backends.t]\ncommand = "x"\nenv = { TOKEN = "s3cret-token", N = 5 }\n')
     with pytest.raises(ConfigError, match="key 'env' is a table; expected a table of string values") as refused:

@@ -121,7 +121,10 @@ def check_file(data: Mapping[str, Any]) -> None:
 
 
 def load_router(path: str | Path) -> Router:
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
         check_file(data)
     except ConfigError as exc:
