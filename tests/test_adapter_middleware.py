@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import jsonschema
 import pytest
 from standins import monitoring_backend
@@ -179,6 +180,35 @@ async def test_the_audit_outcome_is_error_for_a_failed_entry_and_success_when_al
     batches = [r for r in audit(router).records if r["tool"] == "invoke_read_tool_batch"]
     assert [r["outcome"] for r in batches] == ["success", "error", "error", "error"]
     assert {tuple(r["argument_keys"]) for r in batches} == {("calls",)}
+
+
+async def test_a_batch_the_client_cancels_is_audited_cancelled_as_the_router_audits_it(
+    router: ModuleType, client: _compat.ClientHandle
+) -> None:
+    # CentralMCP's installer hands an exception the tool raised, a cancellation too, to each middleware's
+    # on_error, and its audit records the call so (checked on the real router over stdio).
+    reached = anyio.Event()
+
+    async def held() -> None:
+        reached.set()
+        await anyio.sleep_forever()
+
+    router.set_dispatch_rate_gate(held)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(client.call_tool, "invoke_read_tool_batch", {"calls": [WEBHOOK]})
+        await reached.wait()
+        tasks.cancel_scope.cancel()
+    with anyio.move_on_after(5):
+        while not audit(router).records:
+            await anyio.sleep(0.01)
+    assert audit(router).records == [
+        {
+            "tool": "invoke_read_tool_batch",
+            "argument_keys": ["calls"],
+            "outcome": "cancelled",
+            "error_type": "CancelledError",
+        }
+    ]
 
 
 async def test_a_read_failing_in_an_errors_list_is_an_ok_entry_where_a_single_read_is_enveloped(

@@ -7,8 +7,11 @@ none of its code is copied.
   call runs every ``before_call(name, arguments)`` (a returned dict replaces the arguments),
   calls the original with ``convert_result=False``, hands the raw return value to every
   ``after_call(name, arguments, result)`` (a returned value replaces it), and only then, when
-  the caller asked for conversion, converts with ``tool.fn_metadata.convert_result``. A hook
-  that declares ``context`` gets the call's Context; a hook that raises is logged and skipped.
+  the caller asked for conversion, converts with ``tool.fn_metadata.convert_result``. When the
+  tool raises anything, a cancellation included, each ``on_error(name, arguments, exc)`` runs
+  until one returns a value, which then goes through ``after_call`` as a result would; with
+  none, the exception goes on. A hook that declares ``context`` gets the call's Context; a hook
+  that raises is logged and skipped.
 - ``SecretTokenizeMiddleware`` (on with ``CENTRALMCP_TOKENIZE_SECRETS=1``): string values under
   secret-named keys in a result become ``cmcp_secret_<32 hex>`` tokens, kept per client session;
   a token found anywhere in a later call's arguments is swapped back for its value. (The
@@ -18,11 +21,13 @@ none of its code is copied.
   ``{ok: false, status, data, message, tool, platform}``; others pass untouched.
 - ``AuditLogMiddleware``: one record per call with the outcome: ``error`` for a dict whose ``ok``
   is false, that has an ``error`` or a non-empty ``errors`` list, a failure ``status`` by name,
-  else ``success``.
+  else ``success``; for a call that raised (its ``on_error``), ``cancelled``, ``timeout`` or
+  ``exception``, with the exception's type.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -87,13 +92,34 @@ async def _run_hooks(middlewares: list[Any], hook_name: str, context: Any, name:
     return current
 
 
+async def _substitute(middlewares: list[Any], context: Any, name: str, args: dict[str, Any], exc: BaseException) -> Any:
+    """The first ``on_error`` answer that is not None: what the call answers instead of raising."""
+    for middleware in middlewares:
+        hook = getattr(middleware, "on_error", None)
+        if hook is None:
+            continue
+        try:
+            substitute = await _call_hook(hook, context, name, args, exc)
+        except Exception as hook_exc:  # fail open, as the router's installer does
+            log.warning("middleware %s.on_error failed: %s", type(middleware).__name__, hook_exc)
+            continue
+        if substitute is not None:
+            return substitute
+    return None
+
+
 def install_middleware(server: Any, middlewares: list[Any]) -> None:
     manager = server._tool_manager
     original = manager.call_tool
 
     async def call_tool(name: str, arguments: dict[str, Any], context: Any = None, convert_result: bool = False) -> Any:
         args = await _run_hooks(middlewares, "before_call", context, name, dict(arguments or {}))
-        raw = await original(name, args, context=context, convert_result=False)
+        try:
+            raw = await original(name, args, context=context, convert_result=False)
+        except BaseException as exc:  # a cancelled call too: the router's audit records it
+            raw = await _substitute(middlewares, context, name, args, exc)
+            if raw is None:
+                raise
         result = await _run_hooks(middlewares, "after_call", context, name, args, raw)
         if not convert_result:
             return result
@@ -199,9 +225,23 @@ def classify_outcome(result: Any) -> str:
     return status if status in _FAILURE_STATUS else "success"
 
 
+def classify_exception(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return "timeout" if isinstance(exc, TimeoutError) else "exception"
+
+
 class AuditLogMiddleware:
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
 
     def after_call(self, name: str, arguments: dict[str, Any], result: Any) -> None:
-        self.records.append({"tool": name, "argument_keys": sorted(arguments), "outcome": classify_outcome(result)})
+        self._record(name, arguments, classify_outcome(result), None)
+
+    def on_error(self, name: str, arguments: dict[str, Any], exc: BaseException) -> None:
+        self._record(name, arguments, classify_exception(exc), type(exc).__name__)
+
+    def _record(self, name: str, arguments: dict[str, Any], outcome: str, error_type: str | None) -> None:
+        self.records.append(
+            {"tool": name, "argument_keys": sorted(arguments), "outcome": outcome, "error_type": error_type}
+        )
