@@ -182,6 +182,16 @@ async def test_the_audit_outcome_is_error_for_a_failed_entry_and_success_when_al
     assert {tuple(r["argument_keys"]) for r in batches} == {("calls",)}
 
 
+async def test_a_null_calls_is_stripped_before_the_batch_and_the_audit_see_it(
+    router: ModuleType, client: _compat.ClientHandle
+) -> None:
+    # The router's chain starts with a null strip (checked on the real router: "calls": null is audited
+    # with no argument keys); the batch answers it as a batch with no calls.
+    answer = await client.call_tool("invoke_read_tool_batch", {"calls": None})
+    assert answer.structured["data"] == {"ok": False, "error": "calls must be a list"}
+    assert [(r["argument_keys"], r["outcome"]) for r in audit(router).records] == [([], "error")]
+
+
 async def test_a_batch_the_client_cancels_is_audited_cancelled_as_the_router_audits_it(
     router: ModuleType, client: _compat.ClientHandle
 ) -> None:

@@ -1,4 +1,4 @@
-"""Stand-in for CentralMCP's ``mcp_servers/_middleware``: the installer and three middlewares.
+"""Stand-in for CentralMCP's ``mcp_servers/_middleware``: the installer and four middlewares.
 
 Modelled on what CentralMCP's router does with them, as observed from outside; written here,
 none of its code is copied.
@@ -16,6 +16,8 @@ none of its code is copied.
   secret-named keys in a result become ``cmcp_secret_<32 hex>`` tokens, kept per client session;
   a token found anywhere in a later call's arguments is swapped back for its value. (The
   router runs on SDK 1.x; on 2.x, where a session object lasts one request, one scope is kept.)
+- ``NullStripMiddleware``: drops the call's top-level arguments whose value is None (nested ones
+  stay), so a ``"calls": null`` reaches the tool, and the audit, as no ``calls`` at all.
 - ``ResponseEnvelopeMiddleware``: a dict result with an ``error`` key, a failure ``status`` (by
   name, or a number of 400 and up, also as digits) or a non-empty ``errors`` list is wrapped as
   ``{ok: false, status, data, message, tool, platform}``; others pass untouched.
@@ -126,6 +128,15 @@ def install_middleware(server: Any, middlewares: list[Any]) -> None:
         return manager.get_tool(name).fn_metadata.convert_result(result)
 
     manager.call_tool = call_tool
+
+
+# -- null arguments -------------------------------------------------------------------------
+
+
+class NullStripMiddleware:
+    def before_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        kept = {key: value for key, value in arguments.items() if value is not None}
+        return kept if len(kept) < len(arguments) else None
 
 
 # -- secret tokenizing ----------------------------------------------------------------------

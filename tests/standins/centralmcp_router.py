@@ -597,11 +597,12 @@ def install_router_middlewares() -> list[Any]:
     """What the router's ``__main__`` block does before serving: its middleware chain, in its order."""
     from standins.centralmcp_middleware import (
         AuditLogMiddleware,
+        NullStripMiddleware,
         ResponseEnvelopeMiddleware,
         SecretTokenizeMiddleware,
         install_middleware,
     )
 
-    chain = [ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
+    chain = [NullStripMiddleware(), ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
     install_middleware(mcp, chain)
     return chain
