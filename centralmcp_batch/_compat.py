@@ -476,6 +476,9 @@ class ClientHandle:
     closed: anyio.Event = field(default_factory=anyio.Event)
     calls_in_flight: int = 0  # tool calls sent on this session and not yet answered
     _waiting: set[anyio.CancelScope] = field(default_factory=set)  # the scopes of the requests under way
+    # SDK 1.x over HTTP: the tool calls under way, by JSON-RPC id, for the HTTP client's response hook
+    # (which runs in the transport's task, not the caller's); see ``_CallRecord``.
+    calls_by_id: dict[Any, _CallRecord] = field(default_factory=dict)
 
     async def list_tools(self) -> list[ToolInfo]:
         """Every page of the server's tool list (a server may split it, with ``nextCursor``)."""
@@ -509,32 +512,39 @@ class ClientHandle:
     ) -> Answer:
         """The tool's answer; raises ``SessionUnknown`` when the server refused the call for its session."""
         wait = None if timeout is None else (timeout if SDK_2 else timedelta(seconds=timeout))
-        refusal = _CallRefusal(listed=name in getattr(self.session, "_tool_output_schemas", ()))
-        noted = _REFUSAL.set(refusal)
+        record = _CallRecord(listed=name in getattr(self.session, "_tool_output_schemas", ()))
+        noted = _CALL.set(record)
         self.calls_in_flight += 1
         try:
-            request = functools.partial(self._call_tool, name, dict(arguments or {}), wait, progress)
+            request = functools.partial(self._call_tool, name, dict(arguments or {}), wait, progress, record)
             result = await self._unless_closed(request)
         except Exception as exc:
-            if refusal.proves_session_unknown(exc):
+            if record.proves_session_unknown(exc):
                 raise SessionUnknown("it does not know the router's MCP session (HTTP 404)") from exc
             raise
         finally:
             self.calls_in_flight -= 1
-            _REFUSAL.reset(noted)
+            _CALL.reset(noted)
         return read_result(result)
 
-    async def _call_tool(self, name: str, arguments: dict[str, Any], wait: Any, progress: Any) -> Any:
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any], wait: Any, progress: Any, record: _CallRecord
+    ) -> Any:
         request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
+        if not SDK_2:
+            self.calls_by_id[request_id] = record
         try:
             return await self.session.call_tool(name, arguments, read_timeout_seconds=wait, progress_callback=progress)
         except anyio.get_cancelled_exc_class():
-            if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
-                # Shielded from the call's own cancellation, but not for ever: a backend that stopped
-                # reading its input holds every message to it, this notice too.
-                with anyio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
+            # Shielded from the call's own cancellation, but not for ever: a backend that stopped
+            # reading its input holds every message to it, this notice too.
+            with anyio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
+                if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
                     await _send_cancelled(self.session, request_id)
+                await record.abandon()
             raise
+        finally:
+            self.calls_by_id.pop(request_id, None)
 
     async def _unless_closed(self, request: Callable[[], Awaitable[_T]]) -> _T:
         """``request()``'s outcome, or ``SessionClosed`` as soon as the session closes under it.
@@ -592,8 +602,16 @@ class SessionUnknown(ConnectionError):
 
 
 @dataclass
-class _CallRefusal:
-    """Whether the server refused one ``call_tool``'s request itself with HTTP 404, so that no tool ran.
+class _CallRecord:
+    """One ``call_tool``'s HTTP exchange: whether the server refused its request itself with HTTP 404, so
+    that no tool ran, and the response the answer streams on, closed if the client abandons the call.
+
+    A streamable HTTP server answers a call on a response stream of its own, open until the answer.
+    Cancelled, the call tells the server so (a notice on a session: the transport leaves the stream
+    open for the answer), but a backend that never answers (a tool that ignores its cancellation, a
+    stuck worker) kept that stream, its connection and the transport's task reading it, until the
+    HTTP client's read time limit (300 s): one a call, for every call cut off, until the pool ran out
+    of connections and the backend's other calls waited for one. So the call closes it.
 
     SDK 1.x turns a 404 into an error of its own, code 32600 (positive: none of JSON-RPC's codes)
     "Session terminated", and makes it nowhere else. After a call it lists the tools to check the
@@ -603,12 +621,20 @@ class _CallRefusal:
 
     SDK 2.x raises the JSON-RPC error in a 404's body, each server's own words, so its error does not
     tell. But its HTTP client sends a request in the context of the task that made it, where the
-    response hook of an HTTP backend's client (``_note_refused_call``) sets ``refused`` when the
+    response hook of an HTTP backend's client (``_call_response_hook``) sets ``refused`` when the
     ``tools/call`` request was answered 404 while it carried a session id.
     """
 
     listed: bool
     refused: bool = False
+    response: Any = None  # the HTTP response of the call's request, once its headers came
+    abandoned: bool = False
+
+    async def abandon(self) -> None:
+        """The caller gave up on the call: its response, if one came or comes, is closed."""
+        self.abandoned = True
+        if self.response is not None:
+            await self.response.aclose()
 
     def proves_session_unknown(self, exc: Exception) -> bool:
         if SDK_2:
@@ -620,26 +646,41 @@ def _is_1x_404(error: Any) -> bool:
     return bool(error.code == 32600 and error.message == "Session terminated")
 
 
-# The refusal record of the tool call under way in this task (and in the requests it makes).
-_REFUSAL: contextvars.ContextVar[_CallRefusal | None] = contextvars.ContextVar("centralmcp_batch_refusal", default=None)
+# The record of the tool call under way in this task (and, on SDK 2.x, in the requests it makes).
+_CALL: contextvars.ContextVar[_CallRecord | None] = contextvars.ContextVar("centralmcp_batch_call", default=None)
 MCP_SESSION_ID_HEADER = "mcp-session-id"
 
 
-async def _note_refused_call(response: Any) -> None:
-    """An HTTP backend client's response hook: a ``tools/call`` refused with 404 for its session is noted."""
-    refusal = _REFUSAL.get()
-    if refusal is None or response.status_code != 404:
-        return
-    request = response.request
-    if request.method == "POST" and MCP_SESSION_ID_HEADER in request.headers and _rpc_method(request) == "tools/call":
-        refusal.refused = True
+def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any], Awaitable[None]]:
+    """An HTTP backend client's response hook, noting each ``tools/call`` response in its call's record.
+
+    SDK 2.x sends a request in the context of the task that made it, so the record is that task's
+    (``_CALL``); 1.x sends it from the transport's own task, so the record is found by the request's id.
+    """
+
+    async def note(response: Any) -> None:
+        request = response.request
+        body = _rpc_request(request) if request.method == "POST" else None
+        if body is None or body.get("method") != "tools/call":
+            return
+        record = _CALL.get() if SDK_2 else calls_by_id.get(body.get("id"))
+        if record is None:
+            return
+        if response.status_code == 404 and MCP_SESSION_ID_HEADER in request.headers:
+            record.refused = True
+        record.response = response
+        if record.abandoned:  # given up on before its answer began: nobody will read it
+            await response.aclose()
+
+    return note
 
 
-def _rpc_method(request: Any) -> Any:
+def _rpc_request(request: Any) -> dict[str, Any] | None:
     try:
-        return json.loads(request.content).get("method")
+        body = json.loads(request.content)
     except Exception:  # no JSON-RPC request in the body: not a call of ours
         return None
+    return body if isinstance(body, dict) else None
 
 
 if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
@@ -688,8 +729,9 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
 async def _connect(target: Any, ended: anyio.Event | None = None) -> AsyncIterator[ClientHandle]:
     """A session to a server object, a URL, or a transport (what ``stdio_client`` makes), whose end sets ``ended``."""
     ended = ended or anyio.Event()
-    async with _session(target) as session:
-        handle = ClientHandle(session, ended=ended)
+    calls_by_id: dict[Any, _CallRecord] = {}
+    async with _session(target, calls_by_id) as session:
+        handle = ClientHandle(session, ended=ended, calls_by_id=calls_by_id)
         try:
             yield handle
         finally:  # before the SDK closes it: the requests still waiting on it fail now
@@ -697,25 +739,26 @@ async def _connect(target: Any, ended: anyio.Event | None = None) -> AsyncIterat
 
 
 @asynccontextmanager
-async def _session(target: Any) -> AsyncIterator[Any]:
+async def _session(target: Any, calls_by_id: Mapping[Any, _CallRecord]) -> AsyncIterator[Any]:
     if SDK_2 and isinstance(target, str):
-        async with _http_client() as http, Client(streamable_http_client(target, http_client=http)) as client:
+        http = _http_client(calls_by_id)
+        async with http, Client(streamable_http_client(target, http_client=http)) as client:
             yield client
     elif SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
         async with Client(target, mode=mode) as client:
             yield client
     else:  # pragma: no cover - SDK 1.x leg
-        async with _connect_1x(target) as session:
+        async with _connect_1x(target, calls_by_id) as session:
             yield session
 
 
-def _http_client() -> Any:
-    """SDK 2.x: the HTTP client the SDK makes for a URL (its timeouts), which also notes calls refused with 404."""
+def _http_client(calls_by_id: Mapping[Any, _CallRecord]) -> Any:
+    """The HTTP client the SDK makes for a URL (its timeouts), which also notes each tool call's response."""
     from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own defaults; no public name for them
 
     http = create_mcp_http_client()
-    http.event_hooks = {"request": [], "response": [_note_refused_call]}
+    http.event_hooks = {"request": [], "response": [_call_response_hook(calls_by_id)]}
     return http
 
 
@@ -759,15 +802,19 @@ class _EndTellingStream:
 if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x line)
 
     @asynccontextmanager
-    async def _connect_1x(target: Any) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
+    async def _connect_1x(
+        target: Any, calls_by_id: Mapping[Any, _CallRecord]
+    ) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
         if is_server(target):
             async with create_connected_server_and_client_session(target._mcp_server) as session:
                 yield session
             return
-        # streamable_http_client is the newer spelling; older 1.x releases have only streamablehttp_client
-        http_client = getattr(_http_1x, "streamable_http_client", None) or _http_1x.streamablehttp_client
-        transport = http_client(target) if isinstance(target, str) else target  # else stdio_client's, watched
-        async with transport as streams, ClientSession(streams[0], streams[1]) as session:
+        if isinstance(target, str):
+            http = _http_client(calls_by_id)
+            transport = _http_1x.streamable_http_client(target, http_client=http)
+        else:  # stdio_client's, watched
+            http, transport = contextlib.nullcontext(), target
+        async with http, transport as streams, ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
             yield session
 

@@ -412,10 +412,36 @@ def test_on_sdk_1_a_404_proves_the_call_never_ran_only_for_a_tool_the_session_li
     refused = McpError(ErrorData(code=32600, message="Session terminated"))
     # 1.x lists the tools after a call when its session has not listed this one, to check the result:
     # a 404 to that list comes after the tool ran.
-    assert _compat._CallRefusal(listed=True).proves_session_unknown(refused)
-    assert not _compat._CallRefusal(listed=False).proves_session_unknown(refused)
+    assert _compat._CallRecord(listed=True).proves_session_unknown(refused)
+    assert not _compat._CallRecord(listed=False).proves_session_unknown(refused)
     other = McpError(ErrorData(code=-32600, message="Session terminated"))  # a server's own words
-    assert not _compat._CallRefusal(listed=True).proves_session_unknown(other)
+    assert not _compat._CallRecord(listed=True).proves_session_unknown(other)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts descriptors in /proc")
+async def test_calls_cut_off_on_an_http_backend_that_never_answers_leave_no_connection_or_task_behind(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A streamable HTTP server answers each call on a response stream of its own. Before, a call cut off
+    # by its time limit left that stream open for the answer, and a backend that never answers kept one
+    # connection and one task in the router per call cut off, for the HTTP client's 300 s read limit:
+    # four more of each every round here (mcp 1.28.0 to 2.3.0), until the connection pool (100) ran out.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
+    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    hangs = [{"name": "hang", "id": f"h{index}"} for index in range(4)]
+    async with router.connected():
+        await call(router.server, "invoke_read_tool_batch", {"calls": hangs})  # warms the pool and the probe
+        first = await settled(held_resources, None, seconds=3.0)
+        counts = []
+        for _ in range(3):
+            answer = await call(router.server, "invoke_read_tool_batch", {"calls": hangs})
+            timed_out = ("error", "TimeoutError: the backend call timed out after 1s")
+            assert [(item["status"], item["error"]) for item in answer.structured["results"]] == [timed_out] * 4
+            counts.append(await settled(held_resources, first))
+        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
+        assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
+    assert http_sessions.tool_runs().count("hang") == 16
 
 
 # -- a session the router closes, and verdicts on a session it has replaced --------------------

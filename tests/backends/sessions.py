@@ -4,9 +4,12 @@ Run as a script (``python tests/backends/sessions.py PORT``). It speaks only the
 open a session, as SDK 1.x servers and most others do: a request of the sessionless 2026 protocol is
 refused, so an SDK 2.x client falls back to a session with it too. In its environment:
 ``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended, and ``SESSIONS_CALLS``
-one to which each call of ``whoami`` appends its tag as it runs (the calls that reached the tool).
+one to which each call of ``whoami`` appends its tag as it runs (the calls that reached the tool), and
+each call of ``pause`` and ``hang`` its name. ``hang`` never answers: its cancellation never reaches it.
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
-(HTTP 404), and ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late.
+(HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
+``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
+is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel; 2.x does not).
 """
 
 from __future__ import annotations
@@ -39,8 +42,15 @@ def sessions_server() -> Any:
         await anyio.sleep(seconds)
         return {"paused": seconds}
 
+    async def hang() -> dict[str, Any]:
+        _append("SESSIONS_CALLS", "hang")
+        with anyio.CancelScope(shield=True):  # a stuck worker: the server's cancellation does not reach it
+            await anyio.sleep_forever()
+        return {}
+
     _compat.add_tool(server, whoami, name="whoami", description="which process answers", annotations=READ)
     _compat.add_tool(server, pause, name="pause", description="answers after a while", annotations=READ)
+    _compat.add_tool(server, hang, name="hang", description="never answers", annotations=READ)
     return server
 
 
@@ -66,6 +76,8 @@ def observed(app: Any) -> Any:
             await _answer(send, 400, SESSIONLESS)
         elif method == "tools/call" and b"mcp-session-id" in headers and os.environ.get("SESSIONS_REFUSE_CALLS"):
             await _answer(send, 404, UNKNOWN_SESSION)
+        elif method == "notifications/cancelled" and os.environ.get("SESSIONS_DEAF_TO_CANCELS"):
+            await _answer(send, 202, None)
         else:
             if method == "initialize":
                 await anyio.sleep(float(os.environ.get("SESSIONS_SLOW_INITIALIZE", "0")))
@@ -103,8 +115,8 @@ def _method(body: bytes) -> str | None:
     return method if isinstance(method, str) else None
 
 
-async def _answer(send: Any, status: int, message: dict[str, Any]) -> None:
-    body = json.dumps(message).encode()
+async def _answer(send: Any, status: int, message: dict[str, Any] | None) -> None:
+    body = b"" if message is None else json.dumps(message).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
