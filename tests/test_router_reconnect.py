@@ -444,6 +444,30 @@ async def test_calls_cut_off_on_an_http_backend_that_never_answers_leave_no_conn
     assert http_sessions.tool_runs().count("hang") == 16
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_router_connected_again_after_it_left_serves_its_remote_backend_at_once(
+    transport: str, state: Path, http_sessions: HttpSessions
+) -> None:
+    # SDK 1.x enters the server's lifespan, and so ``connected()``, once per session (per request when
+    # stateless). Before, a second ``connected()`` after the first had ended found the first one's state:
+    # over HTTP its calls went to the closed session ("went away: SessionClosed") until a new one opened,
+    # and a stdio backend, told to close as the router left, was never opened again ("not connected").
+    if transport == "http":
+        await http_sessions.start()
+        spec: StdioBackend | HttpBackend = HttpBackend(http_sessions.url)
+    else:
+        state.write_text("v1")
+        spec = shifting_spec(state)
+    router = Router({"up": spec})
+    pids = []
+    for _ in range(2):
+        async with router.connected():
+            answer = (await call(router.server, "invoke_read_tool", {"name": "whoami"})).structured
+            assert "pid" in answer, answer
+            pids.append(answer["pid"])
+    assert len(set(pids)) == (1 if transport == "http" else 2)  # a stdio backend is started anew
+
+
 # -- a session the router closes, and verdicts on a session it has replaced --------------------
 
 

@@ -87,6 +87,12 @@ class RemoteBackend:
     on_tools: Callable[[str, list[_compat.ToolInfo]], None] | None = None
 
     def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Ready for a new ``run``, as before the first: a router connected again after it left starts each
+        backend afresh, where the last run's closed session and its ``close()`` would have stayed."""
+        self.client = None
         self.first_attempt = anyio.Event()
         self._broken = anyio.Event()
         self._check_wanted = anyio.Event()

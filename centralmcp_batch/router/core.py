@@ -111,6 +111,7 @@ class Router:
             return
         async with anyio.create_task_group() as tasks:
             for remote in self.remotes.values():
+                remote.reset()  # SDK 1.x enters the lifespan once per session: this may be a second time
                 tasks.start_soon(remote.run)
             await self._first_attempts(abandon)
             if abandon is None or not abandon.is_set():  # when stopping, who started no longer matters
