@@ -660,7 +660,9 @@ def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any
 
     async def note(response: Any) -> None:
         request = response.request
-        body = _rpc_request(request) if request.method == "POST" else None
+        if request.method != "POST" or (_CALL.get() is None if SDK_2 else not calls_by_id):
+            return  # no call under way that this could answer: no body to parse (up to 84 us, at 20 KB)
+        body = _rpc_request(request)
         if body is None or body.get("method") != "tools/call":
             return
         record = _CALL.get() if SDK_2 else calls_by_id.get(body.get("id"))
