@@ -9,7 +9,8 @@ each call of ``pause`` and ``hang`` its name. ``hang`` never answers: its cancel
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
 (HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
 ``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
-is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel; 2.x does not).
+is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel even while its tool
+is stuck; 2.x ends the answer's stream only once the tool has ended).
 """
 
 from __future__ import annotations
