@@ -77,18 +77,23 @@ async def _call_hook(hook: Any, context: Any, *args: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+async def _answer_of(middleware: Any, hook_name: str, context: Any, *args: Any) -> Any:
+    """What the middleware's hook answers; None when it has no such hook or the hook raised (logged)."""
+    hook = getattr(middleware, hook_name, None)
+    if hook is None:
+        return None
+    try:
+        return await _call_hook(hook, context, *args)
+    except Exception as exc:  # fail open, as the router's installer does
+        log.warning("middleware %s.%s failed: %s", type(middleware).__name__, hook_name, exc)
+        return None
+
+
 async def _run_hooks(middlewares: list[Any], hook_name: str, context: Any, name: str, *args: Any) -> Any:
     """Every middleware's hook in order; each non-None answer replaces the last argument."""
     *fixed, current = args
     for middleware in middlewares:
-        hook = getattr(middleware, hook_name, None)
-        if hook is None:
-            continue
-        try:
-            replacement = await _call_hook(hook, context, name, *fixed, current)
-        except Exception as exc:  # fail open, as the router's installer does
-            log.warning("middleware %s.%s failed: %s", type(middleware).__name__, hook_name, exc)
-            continue
+        replacement = await _answer_of(middleware, hook_name, context, name, *fixed, current)
         if replacement is not None:
             current = replacement
     return current
@@ -97,14 +102,7 @@ async def _run_hooks(middlewares: list[Any], hook_name: str, context: Any, name:
 async def _substitute(middlewares: list[Any], context: Any, name: str, args: dict[str, Any], exc: BaseException) -> Any:
     """The first ``on_error`` answer that is not None: what the call answers instead of raising."""
     for middleware in middlewares:
-        hook = getattr(middleware, "on_error", None)
-        if hook is None:
-            continue
-        try:
-            substitute = await _call_hook(hook, context, name, args, exc)
-        except Exception as hook_exc:  # fail open, as the router's installer does
-            log.warning("middleware %s.on_error failed: %s", type(middleware).__name__, hook_exc)
-            continue
+        substitute = await _answer_of(middleware, "on_error", context, name, args, exc)
         if substitute is not None:
             return substitute
     return None
