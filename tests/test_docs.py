@@ -262,16 +262,8 @@ def test_the_performance_page_holds_every_table_target_and_option_of_the_benchma
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """Every fenced block of a page as (language, body); a block without a language has ''."""
-    blocks, language, body = [], None, []
-    for line in text.splitlines():
-        if line.startswith("```") and language is None:
-            language, body = line[3:].strip(), []
-        elif line.startswith("```"):
-            blocks.append((language, "\n".join(body)))
-            language = None
-        elif language is not None:
-            body.append(line)
-    return blocks
+    blocks = re.findall(r"^```(\w*)[ \t]*\n(.*?)^```", text, re.S | re.M)
+    return [(language, body.removesuffix("\n")) for language, body in blocks]
 
 
 def shown_command_lines() -> list[tuple[str, list[str]]]:
@@ -287,11 +279,8 @@ def shown_command_lines() -> list[tuple[str, list[str]]]:
                     continue  # a line of output
                 for command in line.removeprefix("$ ").split("&&"):
                     words = shlex.split(command, comments=True)
-                    if words[:3] == [
-                        "claude",
-                        "mcp",
-                        "add",
-                    ]:  # its own options, the server's name, then `--` and the command
+                    # `claude mcp add`: its own options, the server's name, then `--` and the command
+                    if words[:3] == ["claude", "mcp", "add"]:
                         words = words[words.index("--") + 1 :] if "--" in words else []
                     at = next((i for i, word in enumerate(words) if is_the_command(word)), None)
                     if at is not None and at + 1 < len(words):
