@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 
 from centralmcp_batch import hookspecs, settings
@@ -407,3 +408,71 @@ def test_the_batch_contracts_limits_table_holds_the_engines_own_numbers() -> Non
     }
     rows.pop("Limit", None)  # the header
     assert rows == expected
+
+
+# -- the deployment page's log samples ---------------------------------------------------------
+
+# Where the samples' stores are: the page shows a user's paths and hosts, the test makes its own.
+SAMPLE_SQLITE_PATH = "/home/me/.cache/centralmcp-batch/rate.sqlite3"
+SAMPLE_REDIS_HOST = "redis.internal:6379"
+
+
+def limiter_log_samples() -> list[str]:
+    """Each limiter line a ``text`` block of the deployment page shows."""
+    blocks = [body for language, body in fenced_blocks(pages()["deployment.md"]) if language == "text"]
+    return [line for body in blocks for line in body.splitlines() if " centralmcp_batch.ratelimit.limiter: " in line]
+
+
+def as_pattern(sample: str, sqlite_path: str, redis_host: str) -> re.Pattern[str]:
+    """The sample as a pattern over a real line: the test's own stores for the page's, ``...`` and the
+    seconds of a rejoin for whatever the real line says there; everything else as the page writes it."""
+    text = sample.replace(SAMPLE_SQLITE_PATH, sqlite_path).replace(SAMPLE_REDIS_HOST, redis_host)
+    pattern = re.escape(text).replace(re.escape("..."), ".+")
+    pattern = re.sub(r"back\\ after\\ [0-9]+\\.[0-9]", r"back\\ after\\ [0-9]+\\.[0-9]", pattern)
+    return re.compile(pattern)
+
+
+async def real_limiter_lines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> tuple[list[str], str, str]:
+    """What the limiter logs in each situation the page describes, formatted as ``serve`` writes a line
+    after its timestamp, with the SQLite path and Redis host it used."""
+    import logging
+
+    from redis_server import RedisServer
+
+    from centralmcp_batch.ratelimit import RateLimiter, SqliteStore, open_store
+    from centralmcp_batch.ratelimit.limiter import RETRY_SECONDS
+
+    shared, corrupt = tmp_path / "rate.sqlite3", tmp_path / "corrupt.sqlite3"
+    corrupt.write_bytes(b"not a database" * 100)
+    redis = RedisServer(tmp_path)  # not started yet: unreachable, until it is
+    with caplog.at_level(logging.WARNING, "centralmcp_batch.ratelimit.limiter"):
+        routers = [RateLimiter(SqliteStore(shared), 8.0, 8), RateLimiter(SqliteStore(shared), 5.0, 5)]
+        for _ in range(2):  # each takes a token in turn: the second then finds the first's numbers
+            for router in routers:
+                await router.acquire()
+        limiters = [*routers, RateLimiter(SqliteStore(corrupt), 8.0, 8), RateLimiter(open_store(redis.url), 8.0, 8)]
+        for limiter in limiters[2:]:
+            await limiter.acquire()
+        redis.start()
+        try:
+            await anyio.sleep(RETRY_SECONDS * 1.1)  # the limiter tries its store again at most this often
+            await limiters[-1].acquire()
+        finally:
+            for limiter in limiters:
+                await limiter.store.close()
+            redis.stop()
+    formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    records = [record for record in caplog.records if record.name == "centralmcp_batch.ratelimit.limiter"]
+    return [formatter.format(record) for record in records], str(shared), f"127.0.0.1:{redis.port}"
+
+
+@pytest.mark.anyio
+async def test_the_deployment_pages_log_samples_are_lines_the_limiter_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lines, sqlite_path, redis_host = await real_limiter_lines(tmp_path, caplog)
+    samples = limiter_log_samples()
+    assert len(samples) == 4, samples  # the mismatch, two outages, the rejoin
+    for sample in samples:
+        patterns = [as_pattern(sample, path, redis_host) for path in (sqlite_path, str(tmp_path / "corrupt.sqlite3"))]
+        assert any(pattern.fullmatch(line) for pattern in patterns for line in lines), (sample, lines)
