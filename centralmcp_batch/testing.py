@@ -1,9 +1,10 @@
-"""pytest plugin (``pytest11``): fixtures for host authors and a host conformance kit.
+"""Fixtures for host authors and a host conformance kit.
 
-Fixtures: ``centralmcp_host`` (a small in-process host with read, write, slow and paged tools
-that records what reaches it), ``centralmcp_server`` (an MCP server with that host installed through
-``hosting.install`` and entry-point discovery), ``centralmcp_call`` (call a tool on a server
-over a real in-memory MCP client session).
+The fixtures, which ``pytest_plugin`` (the ``pytest11`` entry point) makes of what is here:
+``centralmcp_host`` (a small in-process host with read, write, slow and paged tools that records
+what reaches it), ``centralmcp_server`` (an MCP server with that host installed through
+``hosting.install`` and entry-point discovery), ``centralmcp_call`` (call a tool on a server over a
+real in-memory MCP client session).
 
 Kit: subclass :class:`HostConformance`, give it a ``host_plugins`` fixture and the names of one
 read tool and one write tool of your host, and pytest checks your hooks against the contract.
@@ -111,17 +112,10 @@ def sample_host() -> InlineHost:
     return host
 
 
-@pytest.fixture
-def centralmcp_host() -> InlineHost:
-    """A fresh :class:`InlineHost` with ``echo``, ``slow``, ``rows`` (read) and ``delete_everything`` (write)."""
-    return sample_host()
-
-
-@pytest.fixture
-def centralmcp_server(centralmcp_host: InlineHost) -> Any:
-    """An MCP server with ``centralmcp_host`` installed and the ``centralmcp`` plugins loaded."""
+def server_of(host: Any) -> Any:
+    """An MCP server with ``host`` installed and the ``centralmcp`` plugins loaded."""
     server = _compat.new_server("centralmcp-batch-test")
-    hosting.install(server, centralmcp_host)
+    hosting.install(server, host)
     return server
 
 
@@ -129,12 +123,6 @@ async def call(server: Any, tool: str, arguments: Mapping[str, Any] | None = Non
     """Call ``tool`` on ``server`` over a fresh in-memory MCP client session."""
     async with _compat.connect(server) as client:
         return await client.call_tool(tool, arguments, **options)
-
-
-@pytest.fixture
-def centralmcp_call() -> Callable[..., Any]:
-    """``await centralmcp_call(server, tool, arguments)``: the tool's answer over a real session."""
-    return call
 
 
 class _Spy:

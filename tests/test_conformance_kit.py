@@ -337,3 +337,29 @@ def test_the_kit_passes_a_correct_host(pytester: pytest.Pytester) -> None:
     # Mixed sync and async hooks are within the contract; every check runs (the cursor, token and server checks too).
     failed = verdicts(pytester, "-k", "TestPagedHost or TestMixedSyncAndAsync", "-W", "error")
     assert failed == {"PagedHost": {}, "MixedSyncAndAsync": {}}
+
+
+# -- the pytest plugin itself: loaded by every pytest run beside the package ---------------------
+
+LAZY = """
+import sys
+
+
+def test_a_run_that_uses_no_fixture_of_the_kit_imports_neither_it_nor_the_sdk():
+    assert "centralmcp_batch.pytest_plugin" in sys.modules  # loaded, as every pytest11 plugin is
+    assert [name for name in ("centralmcp_batch.testing", "mcp") if name in sys.modules] == []
+
+
+def test_a_fixture_loads_the_kit_with_its_asserts_rewritten(centralmcp_host):
+    kit = sys.modules["centralmcp_batch.testing"]
+    assert type(centralmcp_host).__name__ == "InlineHost"
+    assert type(kit.__loader__).__name__ == "AssertionRewritingHook"
+"""
+
+
+def test_the_pytest_plugin_imports_the_kit_only_for_a_test_that_asks_for_a_fixture(pytester: pytest.Pytester) -> None:
+    # Importing the kit costs about half a second (the SDK, pluggy, the router) in every project that
+    # shares the environment; an SDK that does not import would stop all their runs.
+    pytester.makepyfile(test_lazy=LAZY)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)

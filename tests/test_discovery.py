@@ -55,7 +55,7 @@ def test_the_entry_point_is_found_with_nothing_else_configured() -> None:
 def test_the_pytest_plugin_and_console_script_are_declared() -> None:
     dist = distribution("centralmcp-batch")
     groups = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
-    assert groups[("pytest11", "centralmcp_batch")] == "centralmcp_batch.testing"
+    assert groups[("pytest11", "centralmcp_batch")] == "centralmcp_batch.pytest_plugin"
     assert groups[("console_scripts", "centralmcp-batch")] == "centralmcp_batch.cli:main"
 
 
