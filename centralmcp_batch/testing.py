@@ -26,6 +26,10 @@ from .errors import InvalidCursor
 from .hookspecs import hookimpl
 from .host import await_me_maybe
 from .models import CallContext, ToolRef
+
+# A conftest that names this module as a plugin (``pytest_plugins``, ``-p``), as 0.1.0's entry point did,
+# still gets the fixtures.
+from .pytest_plugin import centralmcp_call, centralmcp_host, centralmcp_server  # noqa: F401
 from .router.bounding import Bounds, bound
 from .router.core import CURSOR_TTL, MAX_ITEMS
 from .router.cursors import CursorSigner

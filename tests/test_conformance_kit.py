@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+# Imported here, as a host author's test module imports it: pytester's inline_run drops every module
+# first imported during a run, so a kit (and SDK) imported anew by each inner session would not be
+# the one the other sessions and this process hold.
+import centralmcp_batch.testing  # noqa: F401
+
 HOSTS = '''
 import json
 
@@ -363,3 +368,13 @@ def test_the_pytest_plugin_imports_the_kit_only_for_a_test_that_asks_for_a_fixtu
     pytester.makepyfile(test_lazy=LAZY)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_a_conftest_that_names_the_kit_as_its_plugin_still_gets_the_fixtures(pytester: pytest.Pytester) -> None:
+    # 0.1.0's entry point was the kit itself; a project that loads plugins by hand may name it so.
+    pytester.makeconftest('pytest_plugins = ["centralmcp_batch.testing"]\n')
+    pytester.makepyfile(
+        test_named="def test_it(centralmcp_host, centralmcp_server, centralmcp_call):\n    assert centralmcp_server\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:centralmcp_batch")
+    result.assert_outcomes(passed=1)
