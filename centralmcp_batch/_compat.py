@@ -856,19 +856,28 @@ def lower_ascii(text: str) -> str:
 
 
 def http_app(
-    server: Any, *, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = (), stateless: bool = False
+    server: Any,
+    *,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    stateless: bool = False,
+    event_store: Any = None,
 ) -> Any:
     """The streamable HTTP ASGI app of ``server``, served at ``/mcp``, checking Host and Origin.
 
     ``stateless``: no session lives in the process, so any replica can answer any request.
+    ``event_store``: the SDK's ``EventStore`` that keeps each stream's events, so that a client whose
+    stream broke can resume it (its SSE events carry ids).
     """
     security = transport_security(allowed_hosts, allowed_origins)
     if SDK_2:
         return _host_and_origin_in_lower_case(
-            server.streamable_http_app(transport_security=security, stateless_http=stateless)
+            server.streamable_http_app(transport_security=security, stateless_http=stateless, event_store=event_store)
         )
     server.settings.transport_security = security  # 1.x reads it from the settings made at construction
     server.settings.stateless_http = stateless
+    if event_store is not None:  # 1.x takes it only at construction, where the caller gave none
+        server._event_store = event_store  # noqa: SLF001 - the attribute streamable_http_app reads
     return _host_and_origin_in_lower_case(server.streamable_http_app())
 
 

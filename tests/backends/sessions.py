@@ -3,14 +3,17 @@
 Run as a script (``python tests/backends/sessions.py PORT``). It speaks only the protocol versions that
 open a session, as SDK 1.x servers and most others do: a request of the sessionless 2026 protocol is
 refused, so an SDK 2.x client falls back to a session with it too. In its environment:
-``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended, and ``SESSIONS_CALLS``
+``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended (and ``resume`` for each
+request to resume a stream), and ``SESSIONS_CALLS``
 one to which each call of ``whoami`` appends its tag as it runs (the calls that reached the tool), and
 each call of ``pause`` and ``hang`` its name. ``hang`` never answers: its cancellation never reaches it.
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
 (HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
 ``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
 is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel even while its tool
-is stuck; 2.x ends the answer's stream only once the tool has ended).
+is stuck; 2.x ends the answer's stream only once the tool has ended). ``SESSIONS_EVENT_STORE=1`` keeps every
+stream's events in memory (``EventLog``), so the SSE events of an answer carry ids and a client whose answer's
+stream broke can ask for the rest (``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 
 from centralmcp_batch import _compat
 
@@ -55,6 +59,32 @@ def sessions_server() -> Any:
     return server
 
 
+class EventLog(EventStore):
+    """Each stream's events, in memory and in order, by an id that counts them (the process's own, as the
+    SDK's example store keeps them; nothing is ever dropped: the backend lives for one test)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[tuple[str, Any]]] = {}
+        self._stream_of: dict[str, str] = {}
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = str(len(self._stream_of) + 1)
+        self._streams.setdefault(stream_id, []).append((event_id, message))
+        self._stream_of[event_id] = stream_id
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        stream_id = self._stream_of.get(last_event_id)
+        if stream_id is None:
+            return None
+        events = self._streams[stream_id]
+        after = [event_id for event_id, _ in events].index(last_event_id) + 1
+        for event_id, message in events[after:]:
+            if message is not None:  # a priming event carries no message
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
 def _append(variable: str, line: str) -> None:
     path = os.environ.get(variable)
     if path:
@@ -67,6 +97,8 @@ def observed(app: Any) -> Any:
 
     async def served(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
+            if scope["type"] == "http" and b"last-event-id" in dict(scope["headers"]):
+                _append("SESSIONS_SEEN", "resume")  # a client asking for the rest of a stream that broke
             await app(scope, receive, send)
             return
         body, receive = await _read(receive)
@@ -126,5 +158,6 @@ async def _answer(send: Any, status: int, message: dict[str, Any] | None) -> Non
 if __name__ == "__main__":
     import uvicorn
 
-    app = observed(_compat.http_app(sessions_server(), stateless=False))
+    events = EventLog() if os.environ.get("SESSIONS_EVENT_STORE") else None
+    app = observed(_compat.http_app(sessions_server(), stateless=False, event_store=events))
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
