@@ -611,7 +611,12 @@ class _CallRecord:
     open for the answer), but a backend that never answers (a tool that ignores its cancellation, a
     stuck worker) kept that stream, its connection and the transport's task reading it, until the
     HTTP client's read time limit (300 s): one a call, for every call cut off, until the pool ran out
-    of connections and the backend's other calls waited for one. So the call closes it.
+    of connections and the backend's other calls waited for one. So the call closes it. But a server
+    that keeps an event store gives the stream's events ids, and the SDK's client, finding the stream
+    closed with no answer, asks for the rest after the server's retry interval (1 s by default): a GET
+    with ``Last-Event-ID``, from the task that read it, on a stream the server holds open until the
+    answer, as long. So such a request of an abandoned call is refused before it is sent
+    (``_refuse_resuming_abandoned_calls``).
 
     SDK 1.x turns a 404 into an error of its own, code 32600 (positive: none of JSON-RPC's codes)
     "Session terminated", and makes it nowhere else. After a call it lists the tools to check the
@@ -646,9 +651,11 @@ def _is_1x_404(error: Any) -> bool:
     return bool(error.code == 32600 and error.message == "Session terminated")
 
 
-# The record of the tool call under way in this task (and, on SDK 2.x, in the requests it makes).
+# The record of the tool call under way in this task, and in the transport's task that carries its
+# request (on SDK 2.x a copy of the caller's context; on 1.x set there by ``_call_response_hook``).
 _CALL: contextvars.ContextVar[_CallRecord | None] = contextvars.ContextVar("centralmcp_batch_call", default=None)
 MCP_SESSION_ID_HEADER = "mcp-session-id"
+LAST_EVENT_ID_HEADER = "last-event-id"
 
 
 def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any], Awaitable[None]]:
@@ -671,10 +678,30 @@ def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any
         if response.status_code == 404 and MCP_SESSION_ID_HEADER in request.headers:
             record.refused = True
         record.response = response
+        if not SDK_2:  # 1.x reads the answer in a task of its own, which asks from there for the rest
+            _CALL.set(record)
         if record.abandoned:  # given up on before its answer began: nobody will read it
             await response.aclose()
 
     return note
+
+
+class _AnswerNotWanted(Exception):
+    """Raised, by the request hook, in place of a request to resume the answer of an abandoned call."""
+
+
+async def _refuse_resuming_abandoned_calls(request: Any) -> None:
+    """An HTTP backend client's request hook: a call given up on is not resumed (see ``_CallRecord``).
+
+    The request to resume is made in the task that read the call's answer, where ``_CALL`` holds the
+    call's record. Both SDK lines (1.28 to 2.3) log the failure at DEBUG, try once more after the same
+    wait, then let the call go: no request reaches the server, and the task ends.
+    """
+    if request.method != "GET" or LAST_EVENT_ID_HEADER not in request.headers:
+        return
+    record = _CALL.get()
+    if record is not None and record.abandoned:
+        raise _AnswerNotWanted("the router gave up on this call: the rest of its answer is not asked for")
 
 
 def _rpc_request(request: Any) -> dict[str, Any] | None:
@@ -760,7 +787,7 @@ def _http_client(calls_by_id: Mapping[Any, _CallRecord]) -> Any:
     from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own defaults; no public name for them
 
     http = create_mcp_http_client()
-    http.event_hooks = {"request": [], "response": [_call_response_hook(calls_by_id)]}
+    http.event_hooks = {"request": [_refuse_resuming_abandoned_calls], "response": [_call_response_hook(calls_by_id)]}
     return http
 
 

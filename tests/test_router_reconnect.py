@@ -429,20 +429,65 @@ async def test_calls_cut_off_on_an_http_backend_that_never_answers_leave_no_conn
     monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
     await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1")
     router = Router({"up": HttpBackend(http_sessions.url)})
-    hangs = [{"name": "hang", "id": f"h{index}"} for index in range(4)]
     async with router.connected():
-        await call(router.server, "invoke_read_tool_batch", {"calls": hangs})  # warms the pool and the probe
-        await anyio.sleep(3.0)  # the warm-up's cut-off calls end
-        first = held_resources()
-        counts = []
-        for _ in range(3):
-            answer = await call(router.server, "invoke_read_tool_batch", {"calls": hangs})
-            timed_out = ("error", "TimeoutError: the backend call timed out after 1s")
-            assert [(item["status"], item["error"]) for item in answer.structured["results"]] == [timed_out] * 4
-            counts.append(await settled(held_resources, first))
+        first, counts = await held_after_rounds_of_calls_cut_off(router, warm_up_seconds=3.0)
         assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
         assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
     assert http_sessions.tool_runs().count("hang") == 16
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts descriptors in /proc")
+async def test_calls_cut_off_on_an_http_backend_with_an_event_store_are_not_resumed(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A server that keeps an event store gives its answers' events ids, and the SDK's client, finding the
+    # answer's stream closed with no answer, asks for the rest 1 s later (Last-Event-ID) on a stream the
+    # server holds open until the answer. Before, that held one connection and one task per call cut off,
+    # as the test above did before its fix: four more of each a round (mcp 1.28.0 to 2.3.0).
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
+    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        with caplog.at_level(logging.DEBUG, logger="mcp.client.streamable_http"):
+            # the warm-up's calls end after the SDK's two tries to resume each, 1 s apart
+            first, counts = await held_after_rounds_of_calls_cut_off(router, warm_up_seconds=3.5)
+        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
+        assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
+    refusals = [record for record in caplog.records if "the rest of its answer is not asked for" in record.getMessage()]
+    assert len(refusals) >= 16, len(refusals)  # each call's answer was asked for, and refused, once at least
+    assert http_sessions.methods().count("resume") == 0  # the backend was never asked
+    assert http_sessions.tool_runs().count("hang") == 16
+
+
+async def test_a_call_whose_answer_stream_closes_on_a_backend_with_an_event_store_is_resumed_and_answered(
+    http_sessions: HttpSessions,
+) -> None:
+    # What the router refuses to resume is only a call it gave up on: one it still waits for gets its answer.
+    await http_sessions.start(SESSIONS_EVENT_STORE="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        with anyio.fail_after(30):
+            answer = await call(router.server, "invoke_read_tool_batch", {"calls": [{"name": "relay"}] * 2})
+    assert [(item["status"], item.get("result")) for item in answer.structured["results"]] == [
+        ("ok", {"relayed": True})
+    ] * 2, answer.structured
+    assert http_sessions.methods().count("resume") == 2 and http_sessions.tool_runs() == ["relay"] * 2
+
+
+async def held_after_rounds_of_calls_cut_off(router: Router, warm_up_seconds: float) -> tuple[Any, list[Any]]:
+    """What the process holds (``held_resources``) after a warm-up round, then after each of three rounds
+    of four calls of ``hang`` that the router cuts off (the call time limit is 1 s)."""
+    hangs = [{"name": "hang", "id": f"h{index}"} for index in range(4)]
+    await call(router.server, "invoke_read_tool_batch", {"calls": hangs})  # warms the pool and the probe
+    await anyio.sleep(warm_up_seconds)  # the warm-up's cut-off calls end
+    first = held_resources()
+    counts = []
+    for _ in range(3):
+        answer = await call(router.server, "invoke_read_tool_batch", {"calls": hangs})
+        timed_out = ("error", "TimeoutError: the backend call timed out after 1s")
+        assert [(item["status"], item["error"]) for item in answer.structured["results"]] == [timed_out] * 4
+        counts.append(await settled(held_resources, first))
+    return first, counts
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

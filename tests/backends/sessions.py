@@ -4,9 +4,10 @@ Run as a script (``python tests/backends/sessions.py PORT``). It speaks only the
 open a session, as SDK 1.x servers and most others do: a request of the sessionless 2026 protocol is
 refused, so an SDK 2.x client falls back to a session with it too. In its environment:
 ``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended (and ``resume`` for each
-request to resume a stream), and ``SESSIONS_CALLS``
-one to which each call of ``whoami`` appends its tag as it runs (the calls that reached the tool), and
-each call of ``pause`` and ``hang`` its name. ``hang`` never answers: its cancellation never reaches it.
+request to resume a stream), and ``SESSIONS_CALLS`` one to which each call of ``whoami`` appends its tag as
+it runs (the calls that reached the tool), and each call of ``pause``, ``hang`` and ``relay`` its name.
+``hang`` never answers: its cancellation never reaches it. ``relay`` closes the stream its answer would come
+on, then answers (with an event store, on the stream the client resumes).
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
 (HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
 ``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
@@ -53,7 +54,14 @@ def sessions_server() -> Any:
             await anyio.sleep_forever()
         return {}
 
+    async def relay(ctx: _compat.Context) -> dict[str, Any]:
+        _append("SESSIONS_CALLS", "relay")
+        await ctx.close_sse_stream()  # the client resumes the stream for the answer (with an event store)
+        await anyio.sleep(0.2)
+        return {"relayed": True}
+
     _compat.add_tool(server, whoami, name="whoami", description="which process answers", annotations=READ)
+    _compat.add_tool(server, relay, name="relay", description="answers on a stream resumed", annotations=READ)
     _compat.add_tool(server, pause, name="pause", description="answers after a while", annotations=READ)
     _compat.add_tool(server, hang, name="hang", description="never answers", annotations=READ)
     return server
