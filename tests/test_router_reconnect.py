@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -430,7 +430,7 @@ async def test_calls_cut_off_on_an_http_backend_that_never_answers_leave_no_conn
     await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1")
     router = Router({"up": HttpBackend(http_sessions.url)})
     async with router.connected():
-        first, counts = await held_after_rounds_of_calls_cut_off(router, warm_up_seconds=3.0)
+        first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up=lambda: anyio.sleep(3.0))
         assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
         assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
     assert http_sessions.tool_runs().count("hang") == 16
@@ -447,14 +447,22 @@ async def test_calls_cut_off_on_an_http_backend_with_an_event_store_are_not_resu
     monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
     await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
     router = Router({"up": HttpBackend(http_sessions.url)})
+
+    def refusals() -> int:  # the SDK logs each request to resume that failed, with the reason
+        return sum("the rest of its answer is not asked for" in record.getMessage() for record in caplog.records)
+
+    async def warmed_up() -> None:  # the SDK tries twice to resume each call, 1 s apart, then lets it go
+        with anyio.move_on_after(10):
+            while refusals() < 4 * 2:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.3)
+
     async with router.connected():
         with caplog.at_level(logging.DEBUG, logger="mcp.client.streamable_http"):
-            # the warm-up's calls end after the SDK's two tries to resume each, 1 s apart
-            first, counts = await held_after_rounds_of_calls_cut_off(router, warm_up_seconds=3.5)
+            first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up)
         assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
         assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
-    refusals = [record for record in caplog.records if "the rest of its answer is not asked for" in record.getMessage()]
-    assert len(refusals) >= 16, len(refusals)  # each call's answer was asked for, and refused, once at least
+    assert refusals() == 4 * 4 * 2  # two tries for each call of the four rounds
     assert http_sessions.methods().count("resume") == 0  # the backend was never asked
     assert http_sessions.tool_runs().count("hang") == 16
 
@@ -474,12 +482,14 @@ async def test_a_call_whose_answer_stream_closes_on_a_backend_with_an_event_stor
     assert http_sessions.methods().count("resume") == 2 and http_sessions.tool_runs() == ["relay"] * 2
 
 
-async def held_after_rounds_of_calls_cut_off(router: Router, warm_up_seconds: float) -> tuple[Any, list[Any]]:
-    """What the process holds (``held_resources``) after a warm-up round, then after each of three rounds
-    of four calls of ``hang`` that the router cuts off (the call time limit is 1 s)."""
+async def held_after_rounds_of_calls_cut_off(
+    router: Router, warmed_up: Callable[[], Awaitable[None]]
+) -> tuple[Any, list[Any]]:
+    """What the process holds (``held_resources``) once a warm-up round has ended (``warmed_up``), then after
+    each of three rounds of four calls of ``hang`` that the router cuts off (the call time limit is 1 s)."""
     hangs = [{"name": "hang", "id": f"h{index}"} for index in range(4)]
     await call(router.server, "invoke_read_tool_batch", {"calls": hangs})  # warms the pool and the probe
-    await anyio.sleep(warm_up_seconds)  # the warm-up's cut-off calls end
+    await warmed_up()  # the warm-up's cut-off calls end
     first = held_resources()
     counts = []
     for _ in range(3):
