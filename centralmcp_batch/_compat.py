@@ -616,7 +616,8 @@ class _CallRecord:
     closed with no answer, asks for the rest after the server's retry interval (1 s by default): a GET
     with ``Last-Event-ID``, from the task that read it, on a stream the server holds open until the
     answer, as long. So such a request of an abandoned call is refused before it is sent
-    (``_refuse_resuming_abandoned_calls``).
+    (``_refuse_resuming_abandoned_calls``), and the response of one sent before the call was abandoned
+    (a server may close an answer's stream at will, and the client resumes it) is closed as the first is.
 
     SDK 1.x turns a 404 into an error of its own, code 32600 (positive: none of JSON-RPC's codes)
     "Session terminated", and makes it nowhere else. After a call it lists the tools to check the
@@ -632,7 +633,7 @@ class _CallRecord:
 
     listed: bool
     refused: bool = False
-    response: Any = None  # the HTTP response of the call's request, once its headers came
+    response: Any = None  # the HTTP response the answer comes on (the request's, or a resumed stream's), once it came
     abandoned: bool = False
 
     async def abandon(self) -> None:
@@ -659,31 +660,41 @@ LAST_EVENT_ID_HEADER = "last-event-id"
 
 
 def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any], Awaitable[None]]:
-    """An HTTP backend client's response hook, noting each ``tools/call`` response in its call's record.
+    """An HTTP backend client's response hook, noting in its call's record each response a call's answer
+    may come on: the ``tools/call`` request's, and that of each request to resume it (``Last-Event-ID``).
 
     SDK 2.x sends a request in the context of the task that made it, so the record is that task's
-    (``_CALL``); 1.x sends it from the transport's own task, so the record is found by the request's id.
+    (``_CALL``); 1.x sends it from the transport's own task, so the record is found by the request's id,
+    and kept in that task's context, where the SDK asks for the rest of an answer whose stream broke.
     """
 
     async def note(response: Any) -> None:
         request = response.request
-        if request.method != "POST" or (_CALL.get() is None if SDK_2 else not calls_by_id):
-            return  # no call under way that this could answer: no body to parse (up to 84 us, at 20 KB)
-        body = _rpc_request(request)
-        if body is None or body.get("method") != "tools/call":
-            return
-        record = _CALL.get() if SDK_2 else calls_by_id.get(body.get("id"))
+        if request.method == "GET":
+            record = _CALL.get() if LAST_EVENT_ID_HEADER in request.headers else None
+        else:
+            record = _posted_call(request, calls_by_id)
+            if record is not None and not SDK_2:
+                _CALL.set(record)
+            if record is not None and response.status_code == 404 and MCP_SESSION_ID_HEADER in request.headers:
+                record.refused = True
         if record is None:
             return
-        if response.status_code == 404 and MCP_SESSION_ID_HEADER in request.headers:
-            record.refused = True
         record.response = response
-        if not SDK_2:  # 1.x reads the answer in a task of its own, which asks from there for the rest
-            _CALL.set(record)
-        if record.abandoned:  # given up on before its answer began: nobody will read it
+        if record.abandoned:  # given up on before this response began: nobody will read it
             await response.aclose()
 
     return note
+
+
+def _posted_call(request: Any, calls_by_id: Mapping[Any, _CallRecord]) -> _CallRecord | None:
+    """The record of the call whose ``tools/call`` request ``request`` is; None for any other request."""
+    if request.method != "POST" or (_CALL.get() is None if SDK_2 else not calls_by_id):
+        return None  # no call under way that this could answer: no body to parse (up to 84 us, at 20 KB)
+    body = _rpc_request(request)
+    if body is None or body.get("method") != "tools/call":
+        return None
+    return _CALL.get() if SDK_2 else calls_by_id.get(body.get("id"))
 
 
 class _AnswerNotWanted(Exception):

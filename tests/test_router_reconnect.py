@@ -448,23 +448,56 @@ async def test_calls_cut_off_on_an_http_backend_with_an_event_store_are_not_resu
     await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
     router = Router({"up": HttpBackend(http_sessions.url)})
 
-    def refusals() -> int:  # the SDK logs each request to resume that failed, with the reason
-        return sum("the rest of its answer is not asked for" in record.getMessage() for record in caplog.records)
-
     async def warmed_up() -> None:  # the SDK tries twice to resume each call, 1 s apart, then lets it go
-        with anyio.move_on_after(10):
-            while refusals() < 4 * 2:
-                await anyio.sleep(0.05)
+        await refused_at_least(caplog, 4 * 2)
         await anyio.sleep(0.3)
 
     async with router.connected():
-        with caplog.at_level(logging.DEBUG, logger="mcp.client.streamable_http"):
+        with caplog.at_level(logging.DEBUG, logger=SDK_HTTP_CLIENT_LOG):
             first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up)
         assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
         assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
-    assert refusals() == 4 * 4 * 2  # two tries for each call of the four rounds
+    assert resumptions_refused(caplog) == 4 * 4 * 2  # two tries for each call of the four rounds
     assert http_sessions.methods().count("resume") == 0  # the backend was never asked
     assert http_sessions.tool_runs().count("hang") == 16
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts descriptors in /proc")
+async def test_calls_cut_off_on_a_stream_resumed_before_leave_no_connection_or_task_behind(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # hang_resumed closes its answer's stream at once: the client resumes it 1 s later, and the router
+    # gives up at 2 s, with the resumed stream open. Before, that stream stayed open until the answer
+    # (mcp 2.3.0: +3.8 fds and tasks a round), though a resumption asked for after the call was abandoned
+    # was refused.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "2")
+    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+
+    async def warmed_up() -> None:  # once closed, each call's stream is asked for again, and refused
+        await refused_at_least(caplog, 4)
+        await anyio.sleep(1.5)  # a second try, 1 s after the first
+
+    async with router.connected():
+        with caplog.at_level(logging.DEBUG, logger=SDK_HTTP_CLIENT_LOG):
+            first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up, "hang_resumed", 2)
+        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
+    assert http_sessions.methods().count("resume") == 16  # each call's stream resumed, before it was cut off
+    assert http_sessions.tool_runs().count("hang_resumed") == 16
+
+
+SDK_HTTP_CLIENT_LOG = "mcp.client.streamable_http"
+
+
+def resumptions_refused(caplog: pytest.LogCaptureFixture) -> int:
+    """How many requests to resume an answer the router refused (the SDK logs each failed one, with why)."""
+    return sum("the rest of its answer is not asked for" in record.getMessage() for record in caplog.records)
+
+
+async def refused_at_least(caplog: pytest.LogCaptureFixture, count: int) -> None:
+    with anyio.move_on_after(10):  # without the fix none is: the test then goes on, to fail on its counts
+        while resumptions_refused(caplog) < count:
+            await anyio.sleep(0.05)
 
 
 async def test_a_call_whose_answer_stream_closes_on_a_backend_with_an_event_store_is_resumed_and_answered(
@@ -483,18 +516,18 @@ async def test_a_call_whose_answer_stream_closes_on_a_backend_with_an_event_stor
 
 
 async def held_after_rounds_of_calls_cut_off(
-    router: Router, warmed_up: Callable[[], Awaitable[None]]
+    router: Router, warmed_up: Callable[[], Awaitable[None]], tool: str = "hang", seconds: int = 1
 ) -> tuple[Any, list[Any]]:
     """What the process holds (``held_resources``) once a warm-up round has ended (``warmed_up``), then after
-    each of three rounds of four calls of ``hang`` that the router cuts off (the call time limit is 1 s)."""
-    hangs = [{"name": "hang", "id": f"h{index}"} for index in range(4)]
+    each of three rounds of four calls of ``tool`` that the router cuts off (the call time limit: ``seconds``)."""
+    hangs = [{"name": tool, "id": f"h{index}"} for index in range(4)]
     await call(router.server, "invoke_read_tool_batch", {"calls": hangs})  # warms the pool and the probe
     await warmed_up()  # the warm-up's cut-off calls end
     first = held_resources()
     counts = []
     for _ in range(3):
         answer = await call(router.server, "invoke_read_tool_batch", {"calls": hangs})
-        timed_out = ("error", "TimeoutError: the backend call timed out after 1s")
+        timed_out = ("error", f"TimeoutError: the backend call timed out after {seconds}s")
         assert [(item["status"], item["error"]) for item in answer.structured["results"]] == [timed_out] * 4
         counts.append(await settled(held_resources, first))
     return first, counts

@@ -5,9 +5,9 @@ open a session, as SDK 1.x servers and most others do: a request of the sessionl
 refused, so an SDK 2.x client falls back to a session with it too. In its environment:
 ``SESSIONS_SEEN`` names a file to which each JSON-RPC method received is appended (and ``resume`` for each
 request to resume a stream), and ``SESSIONS_CALLS`` one to which each call of ``whoami`` appends its tag as
-it runs (the calls that reached the tool), and each call of ``pause``, ``hang`` and ``relay`` its name.
-``hang`` never answers: its cancellation never reaches it. ``relay`` closes the stream its answer would come
-on, then answers (with an event store, on the stream the client resumes).
+it runs (the calls that reached the tool), and each call of another tool its name. ``hang`` never answers:
+its cancellation never reaches it. ``relay`` closes the stream its answer would come on, then answers (with
+an event store, on the stream the client resumes); ``hang_resumed`` closes it, then never answers.
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
 (HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
 ``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
@@ -50,8 +50,7 @@ def sessions_server() -> Any:
 
     async def hang() -> dict[str, Any]:
         _append("SESSIONS_CALLS", "hang")
-        with anyio.CancelScope(shield=True):  # a stuck worker: the server's cancellation does not reach it
-            await anyio.sleep_forever()
+        await _stuck()
         return {}
 
     async def relay(ctx: _compat.Context) -> dict[str, Any]:
@@ -60,8 +59,15 @@ def sessions_server() -> Any:
         await anyio.sleep(0.2)
         return {"relayed": True}
 
+    async def hang_resumed(ctx: _compat.Context) -> dict[str, Any]:
+        _append("SESSIONS_CALLS", "hang_resumed")
+        await ctx.close_sse_stream()
+        await _stuck()
+        return {}
+
     _compat.add_tool(server, whoami, name="whoami", description="which process answers", annotations=READ)
     _compat.add_tool(server, relay, name="relay", description="answers on a stream resumed", annotations=READ)
+    _compat.add_tool(server, hang_resumed, name="hang_resumed", description="never answers", annotations=READ)
     _compat.add_tool(server, pause, name="pause", description="answers after a while", annotations=READ)
     _compat.add_tool(server, hang, name="hang", description="never answers", annotations=READ)
     return server
@@ -91,6 +97,11 @@ class EventLog(EventStore):
             if message is not None:  # a priming event carries no message
                 await send_callback(EventMessage(message, event_id))
         return stream_id
+
+
+async def _stuck() -> None:
+    with anyio.CancelScope(shield=True):  # a stuck worker: the server's cancellation does not reach it
+        await anyio.sleep_forever()
 
 
 def _append(variable: str, line: str) -> None:
