@@ -544,14 +544,17 @@ def cut(text: str, limit: int = ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit]
 
 
-def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
+def entry_share(entries: Sequence[Entry], response_max_bytes: int, keys_sizes: Sequence[int] | None = None) -> int:
     """The ``max_bytes`` each valid entry dispatches with.
 
     What the response needs besides the results is reserved first: the envelope (counts and
     failed lists as if every valid entry succeeds), every item's own keys, the invalid entries'
     items whole, the separators. The rest is split evenly over the valid entries, so that many
-    results each filling its share still fit; never less than ``MIN_SHARE``.
+    results each filling its share still fit; never less than ``MIN_SHARE``. ``keys_sizes``, when
+    given, is ``ok_keys_sizes(entries)``.
     """
+    if keys_sizes is None:
+        keys_sizes = ok_keys_sizes(entries)
     invalid = [
         make_item(entry.index, entry.id, entry.tool, None, Outcome("invalid_call", error=entry.error))
         for entry in entries
@@ -562,7 +565,7 @@ def entry_share(entries: Sequence[Entry], response_max_bytes: int) -> int:
     reserved = _envelope_size(len(entries), invalid) + (len(entries) - 1) - max(0, len(invalid) - 1)
     for entry in entries:
         if isinstance(entry, ValidCall):
-            reserved += _ok_item_keys_size(entry)
+            reserved += keys_sizes[entry.index] + SERVER_NAME_RESERVE + 2  # the server, at its longest, quoted
     return max(MIN_SHARE, (response_max_bytes - reserved) // max(1, valid))
 
 
@@ -584,14 +587,31 @@ def _measure_envelope(total: int, invalid: list[dict[str, Any]]) -> int:
     return budget.size(envelope)
 
 
-# An ok item without its result, as compact JSON, around its index, id and tool; the server
-# reserved at its longest: {"index":I,"id":"ID","tool":"NAME","server":"ss..s","status":"ok","result":}
-_OK_ITEM_FIXED = len('{"index":,"id":,"tool":,"server":,"status":"ok","result":}') + SERVER_NAME_RESERVE + 2
+# An ok item as compact JSON without its index, id, tool, server and result:
+# {"index":I,"id":"ID","tool":"NAME","server":"SERVER","status":"ok","result":RESULT}
+_OK_ITEM_BARE = len('{"index":,"id":,"tool":,"server":,"status":"ok","result":}')
 
 
-def _ok_item_keys_size(call: ValidCall) -> int:
-    """The bytes an ok item of ``call`` takes besides its result, as ``budget.size`` would count them."""
-    return _OK_ITEM_FIXED + len(str(call.index)) + budget.string_size(call.id) + budget.string_size(call.name)
+def ok_keys_sizes(entries: Sequence[Entry]) -> list[int]:
+    """For each entry, the bytes its ok item takes besides its server and result (0 for an invalid entry)."""
+    return [_ok_keys_size(entry) if isinstance(entry, ValidCall) else 0 for entry in entries]
+
+
+def _ok_keys_size(call: ValidCall) -> int:
+    return _OK_ITEM_BARE + len(str(call.index)) + budget.string_size(call.id) + budget.string_size(call.name)
+
+
+def ok_item_size(item: dict[str, Any], keys_size: int) -> int:
+    """``item_size(item)`` for an ok item made by ``make_item``, whose ``ok_keys_sizes`` entry is ``keys_size``.
+
+    Only the server and the result are encoded: encoding the whole item cost an entry twice as much,
+    and the other keys are the entry's own, measured once as the batch starts.
+    """
+    server = item["server"]
+    text = budget.dumps(item["result"])
+    if nests_deeper(item["result"], text, MAX_RESULT_DEPTH):
+        raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
+    return keys_size + (4 if server is None else budget.string_size(server)) + budget.text_size(text)
 
 
 def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
@@ -655,7 +675,8 @@ class _Run:
         self.sizes = [0] * n
         caps: dict[Any, anyio.Semaphore] = {}
         self.guards = [Guards(settings.call_timeout, caps) for _ in range(n)]
-        self.max_bytes = entry_share(entries, settings.response_max_bytes)
+        self.keys_sizes = ok_keys_sizes(entries)
+        self.max_bytes = entry_share(entries, settings.response_max_bytes, self.keys_sizes)
         self.progress_lock: anyio.Lock | None = None  # made when the first progress is told
         self.reports_progress = bool(getattr(observer, "reports_progress", True)) and (
             getattr(type(observer), "progress", None) is not QuietObserver.progress
@@ -837,7 +858,9 @@ class _Run:
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         try:
-            self.sizes[index] = item_size(item)
+            # Every ok item is made by _item_of, of its entry's own index, id and name.
+            ok = item["status"] == "ok"
+            self.sizes[index] = ok_item_size(item, self.keys_sizes[index]) if ok else item_size(item)
         except (TypeError, ValueError, RecursionError) as exc:
             item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item

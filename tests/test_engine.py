@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from centralmcp_batch import engine, models
+from centralmcp_batch import budget, engine, models
 from centralmcp_batch.engine import Guards, ValidCall
 from centralmcp_batch.models import Outcome, ToolRef
 from centralmcp_batch.settings import BatchSettings
@@ -473,6 +473,48 @@ async def test_escaped_and_non_ascii_ids_and_names_are_reserved_to_the_byte(n: i
     size = len(json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode())
     valid = n - (n > 1)
     assert 60_000 - valid <= size <= 60_000  # only the rounding of the even split is left over
+
+
+ODD_TEXT = ['q"uo\\te', "tab\tnl\n\x01", "é€😀", "\u2028\x7f", "plain"]
+ODD_RESULTS: list[Any] = [None, 0, -1.5e-7, True, "é\n", [], {'k"': [1, {"b": None}]}, "x" * 3000]
+
+
+@pytest.mark.parametrize("server", [None, "", "srv", *ODD_TEXT])
+def test_an_ok_items_size_without_encoding_its_own_keys_is_its_whole_encodings(server: Any) -> None:
+    calls = [{"name": f"{ODD_TEXT[i % 5]}{i}", "id": f"{ODD_TEXT[(i + 2) % 5]}#{i}"} for i in range(12)]
+    entries = [engine.parse_entry(index, call) for index, call in enumerate(calls)]
+    keys_sizes = engine.ok_keys_sizes(entries)
+    for call in entries:
+        assert isinstance(call, ValidCall)
+        for result in ODD_RESULTS:
+            item = engine._item_of(call, Outcome("ok", ToolRef(call.name, server), result=result))
+            assert engine.ok_item_size(item, keys_sizes[call.index]) == engine.item_size(item) == budget.size(item)
+
+
+def looped() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return value
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        looped,
+        lambda: "\ud800",
+        lambda: {"x": object()},
+        lambda: functools.reduce(lambda inner, _: [inner], range(201), []),
+    ],
+    ids=["cycle", "lone-surrogate", "not-json", "too-deep"],
+)
+def test_an_ok_item_that_cannot_be_sized_fails_as_its_whole_encoding_does(make: Callable[[], Any]) -> None:
+    call = engine.parse_entry(0, {"name": "read"})
+    assert isinstance(call, ValidCall)
+    item = engine._item_of(call, Outcome("ok", TOOL, result=make()))
+    with pytest.raises((TypeError, ValueError, RecursionError)) as whole:
+        engine.item_size(item)
+    with pytest.raises(type(whole.value)):
+        engine.ok_item_size(item, engine.ok_keys_sizes([call])[0])
 
 
 async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None:
