@@ -11,6 +11,7 @@ import pytest
 from centralmcp_batch import HostContractError, InvalidCursor, ToolRef, _compat, batch_tool, engine, hosting
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
+from centralmcp_batch.models import CallContext
 from centralmcp_batch.testing import call
 
 pytestmark = pytest.mark.anyio
@@ -207,6 +208,23 @@ async def test_dispatch_answers_are_classified(answer: Any, status: str) -> None
     assert item["status"] == status
     if status == "ok":
         assert item["result"] == answer
+
+
+async def test_dispatch_is_told_each_entrys_index_id_and_request() -> None:
+    class Recording(SyncHost):
+        @hookimpl
+        def centralmcp_dispatch_read(self, tool: ToolRef, context: CallContext) -> Any:  # type: ignore[override]
+            told.append(context)
+            return {"tool": tool.name}
+
+    told: list[CallContext] = []
+    request = object()
+    response = await batch_tool.run(hooks_for(Recording()), [{"name": "get_a", "id": "x"}, {"name": "get_b"}], request)
+    assert response["ok"] and told == [CallContext(0, "x", True, request), CallContext(1, "1", True, request)]
+    assert [(c.index, c.call_id, c.in_batch, c.request) for c in told] == [
+        (0, "x", True, request),
+        (1, "1", True, request),
+    ]
 
 
 @pytest.mark.parametrize("failing", ["centralmcp_find_tool", "centralmcp_dispatch_read", "centralmcp_resume_cursor"])
