@@ -445,18 +445,12 @@ async def test_calls_cut_off_on_an_http_backend_with_an_event_store_are_not_resu
     # server holds open until the answer. Before, that held one connection and one task per call cut off,
     # as the test above did before its fix: four more of each a round (mcp 1.28.0 to 2.3.0).
     monkeypatch.setenv(settings.CALL_TIMEOUT, "1")
-    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
-    router = Router({"up": HttpBackend(http_sessions.url)})
 
     async def warmed_up() -> None:  # the SDK tries twice to resume each call, 1 s apart, then lets it go
         await refused_at_least(caplog, 4 * 2)
         await anyio.sleep(0.3)
 
-    async with router.connected():
-        with caplog.at_level(logging.DEBUG, logger=SDK_HTTP_CLIENT_LOG):
-            first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up)
-        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
-        assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
+    await rounds_on_an_event_store_backend_hold_nothing(http_sessions, caplog, warmed_up, "hang", 1)
     assert resumptions_refused(caplog) == 4 * 4 * 2  # two tries for each call of the four rounds
     assert http_sessions.methods().count("resume") == 0  # the backend was never asked
     assert http_sessions.tool_runs().count("hang") == 16
@@ -471,22 +465,35 @@ async def test_calls_cut_off_on_a_stream_resumed_before_leave_no_connection_or_t
     # (mcp 2.3.0: +3.8 fds and tasks a round), though a resumption asked for after the call was abandoned
     # was refused.
     monkeypatch.setenv(settings.CALL_TIMEOUT, "2")
-    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
-    router = Router({"up": HttpBackend(http_sessions.url)})
 
     async def warmed_up() -> None:  # once closed, each call's stream is asked for again, and refused
         await refused_at_least(caplog, 4)
         await anyio.sleep(1.5)  # a second try, 1 s after the first
 
-    async with router.connected():
-        with caplog.at_level(logging.DEBUG, logger=SDK_HTTP_CLIENT_LOG):
-            first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up, "hang_resumed", 2)
-        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
+    await rounds_on_an_event_store_backend_hold_nothing(http_sessions, caplog, warmed_up, "hang_resumed", 2)
     assert http_sessions.methods().count("resume") == 16  # each call's stream resumed, before it was cut off
     assert http_sessions.tool_runs().count("hang_resumed") == 16
 
 
 SDK_HTTP_CLIENT_LOG = "mcp.client.streamable_http"
+
+
+async def rounds_on_an_event_store_backend_hold_nothing(
+    http_sessions: HttpSessions,
+    caplog: pytest.LogCaptureFixture,
+    warmed_up: Callable[[], Awaitable[None]],
+    tool: str,
+    seconds: int,
+) -> None:
+    """Rounds of calls to ``tool`` cut off at ``seconds`` on a backend that keeps an event store and ignores
+    cancels leave the router holding what it held after the first; the backend answers a call after them."""
+    await http_sessions.start(SESSIONS_DEAF_TO_CANCELS="1", SESSIONS_EVENT_STORE="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        with caplog.at_level(logging.DEBUG, logger=SDK_HTTP_CLIENT_LOG):
+            first, counts = await held_after_rounds_of_calls_cut_off(router, warmed_up, tool, seconds)
+        assert counts == [first] * 3, (first, counts)  # (fds, children, tasks) after each round
+        assert [item["status"] for item in await whoami_batch(router, "after")] == ["ok"]
 
 
 def resumptions_refused(caplog: pytest.LogCaptureFixture) -> int:
