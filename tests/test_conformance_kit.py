@@ -13,6 +13,15 @@ import pytest
 # first imported during a run, so a kit (and SDK) imported anew by each inner session would not be
 # the one the other sessions and this process hold.
 import centralmcp_batch.testing  # noqa: F401
+from centralmcp_batch.hosting import load_entry_points, plugin_manager
+
+# So are the installed centralmcp plugins each inner session loads, for the same reason and one more: a
+# module one of them imports may change the interpreter as it loads. opentelemetry-api 1.27 (the otel
+# extra's lowest) imports the importlib_metadata backport, which takes the standard library's finder
+# of installed distributions out of service for its own; first imported inside an inner session, the
+# backport and its finder were dropped at that session's end, and the next session found no installed
+# distribution at all, so loaded no pytest plugin (anyio's) and skipped every async check of the kit.
+load_entry_points(plugin_manager())
 
 HOSTS = '''
 import json
