@@ -41,6 +41,7 @@ class _ToolObserver:
 
     def __init__(self, hooks: HookCalls, ctx: Any | None) -> None:
         self.ctx = ctx
+        self._hooks = hooks
         # The hooks' own methods: an entry's event is one call less on its way.
         self.batch_started = hooks.batch_started
         self.item_completed = hooks.batch_item_completed
@@ -49,6 +50,11 @@ class _ToolObserver:
         # Nobody to tell (called in process, or a request with no progress token): the engine
         # then skips the progress lock and call on every entry.
         self.reports_progress = _asks_for_progress(ctx)
+
+    @property
+    def hears_items(self) -> bool:
+        # Read as the batch's entries start, after batch_started: observers that answered False are gone by then.
+        return self._hooks.hears_items
 
     async def progress(self, done: int, total: int, message: str) -> None:
         if self.ctx is None:

@@ -303,7 +303,9 @@ class Observer(Protocol):
 
 
 # An observer may say ``reports_progress = False`` (nobody to tell), or keep QuietObserver's own
-# ``progress``: the engine then skips the progress lock and the call on every entry.
+# ``progress``: the engine then skips the progress lock and the call on every entry. One that says
+# ``hears_items = False`` (read once the batch has started) is not told of each entry either: telling
+# an observer with nobody behind it was 2.8 k instructions of a zero-latency entry's 250 k.
 
 
 class QuietObserver:
@@ -678,6 +680,7 @@ class _Run:
         self.keys_sizes = ok_keys_sizes(entries)
         self.max_bytes = entry_share(entries, settings.response_max_bytes, self.keys_sizes)
         self.progress_lock: anyio.Lock | None = None  # made when the first progress is told
+        self.hears_items = bool(getattr(observer, "hears_items", True))
         self.reports_progress = bool(getattr(observer, "reports_progress", True)) and (
             getattr(type(observer), "progress", None) is not QuietObserver.progress
         )
@@ -864,9 +867,10 @@ class _Run:
         except (TypeError, ValueError, RecursionError) as exc:
             item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item
-        told = self.observer.item_completed(item, seconds)
-        if told is not None:
-            await told
+        if self.hears_items:
+            told = self.observer.item_completed(item, seconds)
+            if told is not None:
+                await told
         if not self.reports_progress:
             self.done += 1
             return

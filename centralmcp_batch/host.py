@@ -137,6 +137,7 @@ class HookCalls:
         # Nor does a resume hook that is only a wrapper: pluggy's None would read from the start, not refuse.
         self.has_cursors = _has_plain(self._hook.centralmcp_resume_cursor.get_hookimpls())
         self.hears_tokens = bool(plans["centralmcp_rate_token_waited"])
+        self.hears_items = bool(plans["centralmcp_batch_item_completed"])
         self.find_tool: Callable[[str], Any] = self._first_caller("centralmcp_find_tool")
         self.dispatch_read: Callable[[ToolRef, Mapping[str, Any], Any, int, CallContext], Any] = self._first_caller(
             "centralmcp_dispatch_read"
@@ -269,6 +270,7 @@ class HookCalls:
             self._narrowed[key] = known
         self._plans = known[1]
         self.hears_tokens = bool(self._plans["centralmcp_rate_token_waited"])
+        self.hears_items = bool(self._plans["centralmcp_batch_item_completed"])
 
     def rate_token_waited(self, tool: ToolRef, seconds: float) -> Awaitable[None] | None:
         return self._notify("centralmcp_rate_token_waited", (tool, seconds))

@@ -730,6 +730,28 @@ async def test_observer_sees_every_item_and_increasing_progress() -> None:
     assert recorder.batches == 1
 
 
+async def test_an_observer_that_hears_no_items_is_told_only_of_progress_and_the_batch() -> None:
+    class ItemsUnheard(engine.QuietObserver):
+        hears_items = False  # nobody behind its item_completed: the engine does not call it
+
+        def __init__(self) -> None:
+            self.told: list[str] = []
+
+        def item_completed(self, item: dict[str, Any], seconds: float) -> None:
+            self.told.append("item")
+
+        async def progress(self, done: int, total: int, message: str) -> None:
+            self.told.append(f"progress {done}")
+
+        def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
+            self.told.append("completed")
+
+    observer = ItemsUnheard()
+    response = await engine.run_batch([{"name": "t"}, 5, {"name": "t"}], echo_reader, settings(), observer)
+    assert [item["status"] for item in response["results"]] == ["ok", "invalid_call", "ok"]
+    assert observer.told == ["progress 1", "progress 2", "progress 3", "completed"]
+
+
 # -- backends that raise BaseException or cancel themselves ------------------------------
 
 

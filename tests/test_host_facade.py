@@ -183,11 +183,26 @@ async def test_an_observer_that_answers_false_hears_nothing_more_of_that_batch(q
     ):
         assert told is None
     assert heard == ["quiet: started", "loud: started", "loud: token", "loud: item", "loud: completed"]
+    assert batch.hears_items  # the loud one still listens
     heard.clear()
     next_batch = hooks.calls().for_batch()  # the next batch asks again, and the shared calls were not narrowed
     assert next_batch.hears_tokens and hooks.calls().hears_tokens
     next_batch.rate_token_waited(TOOL, 0.0)
     assert sorted(heard) == ["loud: token", "quiet: token"]
+
+
+async def test_a_batch_hears_items_only_while_an_item_observer_still_listens() -> None:
+    # The engine asks hears_items once the batch has started, and tells no item when it is False.
+    heard: list[str] = []
+    hooks = hooks_over(Catalog(TOOL, [], "host"), Gate(None), Listener(False, heard, "quiet"))
+    assert hooks.calls().hears_items
+    batch = hooks.calls().for_batch()
+    assert batch.hears_items
+    told = batch.batch_started(1)
+    assert told is None
+    assert not batch.hears_items
+    assert hooks.calls().hears_items and hooks.calls().for_batch().hears_items  # the next batch asks again
+    assert not hooks_over(Catalog(TOOL, [], "host"), Gate(None)).calls().hears_items  # no item observer at all
 
 
 async def test_observers_answering_false_or_not_batch_after_batch_each_hear_exactly_their_batches() -> None:
