@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 from . import _compat, budget, engine, models, pipeline
@@ -70,12 +71,20 @@ def _asks_for_progress(ctx: Any | None) -> bool:
     return ctx is not None and _compat.progress_may_be_heard(ctx)
 
 
+# Each host's forecast of whether its batches' entries wait, kept across its batches (see engine.WaitForecast).
+_forecasts: weakref.WeakKeyDictionary[HostHooks, engine.WaitForecast] = weakref.WeakKeyDictionary()
+
+
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
     calls_hooks = hooks.calls().for_batch()  # the hooks as they stand as the batch starts, for every entry of it
     reader = pipeline.batch_reader(calls_hooks, request=ctx)
     observer = _ToolObserver(calls_hooks, ctx)
-    return await engine.run_batch(calls, reader, BatchSettings.from_env(), observer, frozenset({TOOL_NAME}))
+    forecast = _forecasts.get(hooks)
+    if forecast is None:
+        forecast = _forecasts[hooks] = engine.WaitForecast()
+    settings = BatchSettings.from_env()
+    return await engine.run_batch(calls, reader, settings, observer, frozenset({TOOL_NAME}), forecast)
 
 
 def register(server: Any, hooks: HostHooks) -> None:

@@ -64,6 +64,9 @@ RAMP_WAIT = 0.002
 # Once the batch time limit has passed, the progress of the entries it answered is told within this
 # many seconds: a client that stopped reading its notifications cannot hold the answer any longer.
 REPORT_GRACE = 1.0
+# After this many batches of a host in a row in which no entry waited, its next batch opens no task
+# group until an entry waits (see ``WaitForecast``).
+QUIET_BATCHES = 4
 
 
 # Plain slotted classes, not frozen ones: a frozen dataclass sets each field through
@@ -659,6 +662,34 @@ def assemble(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # -- the run --------------------------------------------------------------------------
 
 
+class WaitForecast:
+    """Whether a host's next batch should open its task group before its first entry starts.
+
+    A batch's other workers start in a task group, and a group costs a pass through the event loop
+    as it closes, even when no worker started (2 % of a zero-latency batch of 25's instructions; on
+    an HTTP server that pass lets other requests' tasks in). It cannot be opened once an entry waits:
+    the read may have opened scopes of its own by then, and they must close in order. So after
+    ``QUIET_BATCHES`` batches in a row in which no entry waited, the host's next batch runs its
+    entries in its own task with no group. Should one of them wait after all, the batch opens its
+    group once that entry is answered, and the rest get the concurrency as usual: the entry that
+    waited is the only one run alone, once, and the host's batches open their groups from the start
+    again. Keep one per host, for every batch it serves; a batch given none opens its group.
+    """
+
+    __slots__ = ("quiet_batches",)
+
+    def __init__(self) -> None:
+        self.quiet_batches = 0
+
+    @property
+    def expects_waits(self) -> bool:
+        return self.quiet_batches < QUIET_BATCHES
+
+    def record(self, waited: bool) -> None:
+        """A batch that could run entries at once has ended: ``waited``, whether an entry of it waited."""
+        self.quiet_batches = 0 if waited else min(self.quiet_batches + 1, QUIET_BATCHES)
+
+
 class _Run:
     """One batch in flight: the entries, their items as they finish, and the shared limits."""
 
@@ -669,6 +700,7 @@ class _Run:
         settings: BatchSettings,
         observer: Observer,
         self_names: frozenset[str],
+        forecast: WaitForecast | None = None,
     ) -> None:
         n = len(entries)
         self.entries, self.reader, self.settings = entries, reader, settings
@@ -694,6 +726,9 @@ class _Run:
         self.began = 0.0  # time.monotonic() when the entries started
         self.stop_at = math.inf  # time.monotonic() at which the batch time limit passes; set as the run starts
         self.progress_by: float | None = None  # anyio.current_time() by which progress is told; None: unbounded
+        self.forecast = forecast if forecast is not None else WaitForecast()
+        self.alone = False  # running with no task group that other workers could start in (see WaitForecast)
+        self.an_entry_waited = False
 
     async def run_all(self) -> None:
         # Up to ``concurrency`` workers take the valid entries in call order: the same bound as one
@@ -720,11 +755,28 @@ class _Run:
             # 1's own cost. Only a cancellation can leave a worker, and it leaves a group the same way.
             await self.work_through(pending, deadline)
         else:
-            try:
-                await _in_group(functools.partial(self.work_in_group, pending, deadline, workers), deadline)
-            finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
-                self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
+            left: Iterator[ValidCall] | None = pending
+            if not self.forecast.expects_waits:  # the same, until an entry waits (see WaitForecast)
+                left = await self.work_alone(pending, deadline, workers)
+            if left is not None:
+                try:
+                    await _in_group(functools.partial(self.work_in_group, left, deadline, workers), deadline)
+                finally:  # the starters refer to this run: dropped, the run is freed without the cycle collector
+                    self.helpers_wanted, self.start_helper, self.start_ramp = 0, _no_helper, _no_helper
+            self.forecast.record(self.an_entry_waited)
         await self.report_deadline()
+
+    async def work_alone(
+        self, pending: Iterator[ValidCall], deadline: float, workers: int
+    ) -> Iterator[ValidCall] | None:
+        """Run entries in this task, with no group, until one waits: the entries left then, or None."""
+        self.alone, self.helpers_wanted = True, workers - 1  # so that the first wait is seen
+        try:
+            await self.work_through(pending, deadline)
+        finally:
+            self.alone, self.helpers_wanted = False, 0
+        left = list(pending) if self.an_entry_waited and time.monotonic() < self.stop_at else []
+        return iter(left) if left else None
 
     async def work_in_group(
         self, pending: Iterator[ValidCall], deadline: float, workers: int, tasks: TaskGroup
@@ -738,7 +790,14 @@ class _Run:
         self.stop_ramp()  # and the ramp's watch would hold the group
 
     def entry_waits(self) -> None:
-        """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``)."""
+        """An entry waits on something: note when, and the first time, start the ramp (see ``ramp``).
+
+        With no group yet (``work_alone``), the entry is left to wait alone and no more are taken.
+        """
+        self.an_entry_waited = True
+        if self.alone:
+            self.helpers_wanted = 0
+            return
         self.wait_mark = (self.done, anyio.current_time())
         if self.ramp_scope is None:
             self.ramp_scope = anyio.CancelScope()
@@ -826,6 +885,8 @@ class _Run:
                         raise
                     if scope.cancel_called:  # a late answer, already told as timed out: a fresh scope for the rest
                         break
+                    if self.alone and self.an_entry_waited:  # the rest wait for a group (see work_alone)
+                        return
                 else:
                     return
             if anyio.current_time() >= batch_deadline:
@@ -982,8 +1043,12 @@ async def run_batch(
     settings: BatchSettings,
     observer: Observer | None = None,
     self_names: frozenset[str] = frozenset(),
+    forecast: WaitForecast | None = None,
 ) -> dict[str, Any]:
-    """Run one batch; per-entry problems become items, whole-batch problems a rejection."""
+    """Run one batch; per-entry problems become items, whole-batch problems a rejection.
+
+    ``forecast``: the host's, kept for all its batches (see ``WaitForecast``); none opens a group.
+    """
     started = time.perf_counter()
     observer = observer or QuietObserver()
     rejection = check_batch(calls)
@@ -997,7 +1062,7 @@ async def run_batch(
     told = observer.batch_started(len(entries))
     if told is not None:
         await told
-    run = _Run(entries, reader, settings, observer, self_names)
+    run = _Run(entries, reader, settings, observer, self_names, forecast)
     try:
         await run.run_all()
     except anyio.get_cancelled_exc_class() as exc:  # the client, or the router shutting down: no answer will go out

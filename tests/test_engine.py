@@ -186,6 +186,97 @@ async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(m
     assert [item["result"] for item in response["results"]] == [0, 1, 2, 3]
 
 
+def counting_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each task group a batch opens for its workers, counted as it opens."""
+    opened: list[int] = []
+    real_in_group = engine._in_group
+
+    async def in_group(work: Any, deadline: float) -> None:
+        opened.append(1)
+        await real_in_group(work, deadline)
+
+    monkeypatch.setattr(engine, "_in_group", in_group)
+    return opened
+
+
+def quiet_forecast() -> engine.WaitForecast:
+    forecast = engine.WaitForecast()
+    for _ in range(engine.QUIET_BATCHES):
+        forecast.record(waited=False)
+    return forecast
+
+
+def test_a_forecast_expects_waits_until_quiet_batches_in_a_row_and_again_after_one_wait() -> None:
+    forecast = engine.WaitForecast()
+    seen = []
+    for waited in [False] * engine.QUIET_BATCHES + [False, True, False]:
+        seen.append(forecast.expects_waits)
+        forecast.record(waited)
+    assert seen == [True] * engine.QUIET_BATCHES + [False, False, True]
+    assert forecast.expects_waits  # one quiet batch after a wait is not enough
+
+
+@on_each_backend
+async def test_a_host_whose_entries_never_wait_stops_opening_task_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = counting_groups(monkeypatch)
+    forecast, tasks = engine.WaitForecast(), []
+    for _ in range(engine.QUIET_BATCHES + 3):
+        response = await engine.run_batch(
+            [{"name": "a"}] * 5, task_recording_reader(tasks, 0), settings(), None, frozenset(), forecast
+        )
+        assert [item["result"] for item in response["results"]] == [0, 1, 2, 3, 4]
+    assert len(opened) == engine.QUIET_BATCHES  # then none: nothing waited
+    assert set(tasks) == {anyio.get_current_task().id}
+    for _ in range(3):  # a batch given no forecast opens its group
+        await run([{"name": "a"}] * 5, task_recording_reader(tasks, 0))
+    assert len(opened) == engine.QUIET_BATCHES + 3
+
+
+@on_each_backend
+async def test_an_entry_that_waits_with_no_group_waits_alone_then_the_rest_get_the_concurrency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened = counting_groups(monkeypatch)
+    events: list[tuple[str, int]] = []
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        events.append(("start", call.index))
+        await anyio.sleep(0.05)
+        events.append(("end", call.index))
+        return Outcome("ok", TOOL, result=call.index)
+
+    forecast = quiet_forecast()
+    calls = [{"name": "a", "id": f"c{i}"} for i in range(9)]
+    response = await engine.run_batch(calls, read, settings(), None, frozenset(), forecast)
+    assert [item["result"] for item in response["results"]] == list(range(9))
+    assert events[:3] == [("start", 0), ("end", 0), ("start", 1)]  # the first wait: no group to start workers in
+    assert len(opened) == 1  # then one was opened for the rest,
+    assert events.index(("start", 4)) < events.index(("end", 1))  # and its workers ran them at once
+    assert forecast.expects_waits  # the host's next batch opens its group from the start
+    events.clear()
+    await engine.run_batch(calls, read, settings(), None, frozenset(), forecast)
+    assert events.index(("start", 1)) < events.index(("end", 0))
+    assert len(opened) == 2
+
+
+async def test_the_batch_time_limit_passing_on_an_entry_that_waits_with_no_group() -> None:
+    hangs = anyio.Event()
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        await guards.dispatch(hangs.wait())
+        guards.dispatch_ended()
+        return Outcome("ok", TOOL, result=call.index)
+
+    forecast = quiet_forecast()
+    response = await engine.run_batch(
+        [{"name": "a"}] * 3, read, settings(batch_timeout=0.1), None, frozenset(), forecast
+    )
+    errors = [item["error"] for item in response["results"]]
+    assert errors[0].startswith("TimeoutError: cancelled while running")
+    assert all(error.startswith("TimeoutError: not dispatched") for error in errors[1:])
+    assert forecast.expects_waits
+
+
 async def left_for_the_cycle_collector(batch: Callable[[], Awaitable[object]]) -> list[str]:
     """The names of the package's classes whose objects ``batch()`` leaves for the cycle collector.
 

@@ -78,6 +78,26 @@ def hooks_for(*plugins: object) -> HostHooks:
     return HostHooks(hosting.plugin_manager(*plugins))
 
 
+async def test_each_host_keeps_its_forecast_of_waits_across_its_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    real_in_group = engine._in_group
+
+    async def in_group(work: Any, deadline: float) -> None:
+        opened.append("group")
+        await real_in_group(work, deadline)
+
+    monkeypatch.setattr(engine, "_in_group", in_group)
+    host = SyncHost()
+    hooks, other_hooks = hooks_for(host), hooks_for(SyncHost())
+    calls = [{"name": "get_a"}, {"name": "get_b"}]
+    for _ in range(engine.QUIET_BATCHES + 2):  # nothing of a SyncHost waits
+        assert (await batch_tool.run(hooks, calls))["ok"] is True
+    assert len(opened) == engine.QUIET_BATCHES
+    assert (await batch_tool.run(other_hooks, calls))["ok"] is True  # another host starts with its own
+    assert len(opened) == engine.QUIET_BATCHES + 1
+    assert len(host.dispatched) == 2 * (engine.QUIET_BATCHES + 2)
+
+
 CALLS = [
     {"name": "get_a", "id": "a"},
     {"name": "set_b", "id": "b"},
