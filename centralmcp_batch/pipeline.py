@@ -93,7 +93,7 @@ async def _call_backend(
     guards: Guards,
 ) -> tuple[Any, bool]:
     """One rate token, then the dispatch under the call time limit: ``(its answer, timed out)``."""
-    waiting = time.perf_counter()
+    waiting = time.perf_counter() if hooks.hears_tokens else 0.0  # read only for a token observer
     for wait in hooks.acquire_rate_token(tool):
         try:
             await wait

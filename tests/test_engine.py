@@ -821,6 +821,32 @@ async def test_observer_sees_every_item_and_increasing_progress() -> None:
     assert recorder.batches == 1
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_an_item_observer_is_told_each_entry_s_seconds_also_of_one_its_time_limit_ended(
+    concurrency: int,
+) -> None:
+    class Timing(engine.QuietObserver):
+        def __init__(self) -> None:
+            self.seconds: dict[int, float] = {}
+
+        def item_completed(self, item: dict[str, Any], seconds: float) -> None:
+            self.seconds[item["index"]] = seconds
+
+    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        try:
+            await guards.dispatch(anyio.sleep(0.03 if call.index == 0 else 5))
+        finally:
+            guards.dispatch_ended()
+        return Outcome("ok", TOOL, result=call.index)
+
+    observer = Timing()
+    response = await engine.run_batch(
+        [{"name": "t"}] * 2, read, settings(call_timeout=0.08, concurrency=concurrency), observer
+    )
+    assert [item["status"] for item in response["results"]] == ["ok", "error"]
+    assert 0.03 <= observer.seconds[0] < 4 and 0.08 <= observer.seconds[1] < 4  # the entry's own, not the clock's
+
+
 async def test_an_observer_that_hears_no_items_is_told_only_of_progress_and_the_batch() -> None:
     class ItemsUnheard(engine.QuietObserver):
         hears_items = False  # nobody behind its item_completed: the engine does not call it

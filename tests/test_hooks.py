@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import mcp.types
 import pluggy
 import pytest
@@ -289,6 +290,29 @@ async def test_observers_see_items_and_batches_and_their_failures_are_ignored() 
     assert response["counts"]["total"] == 2
     assert sorted(seen["items"]) == [("one", True), ("two", True)]
     assert seen["batches"] == [{"total": 2, "succeeded": 1, "failed": 1}]
+
+
+async def test_observers_are_told_how_long_each_token_and_entry_took() -> None:
+    seen: dict[str, list[float]] = {"tokens": [], "items": []}
+
+    class SlowTokens(SyncHost):
+        @hookimpl
+        async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:  # type: ignore[override]
+            await anyio.sleep(0.02)
+
+    class Timings:
+        @hookimpl
+        def centralmcp_rate_token_waited(self, tool: ToolRef, seconds: float) -> None:
+            seen["tokens"].append(seconds)
+
+        @hookimpl
+        def centralmcp_batch_item_completed(self, item: Any, seconds: float) -> None:
+            seen["items"].append(seconds)
+
+    response = await batch_tool.run(hooks_for(SlowTokens(), Timings()), [{"name": "get_a"}, {"name": "get_b"}])
+    assert response["ok"] is True
+    assert len(seen["tokens"]) == 2 and all(0.02 <= seconds < 4 for seconds in seen["tokens"])
+    assert len(seen["items"]) == 2 and all(0.02 <= seconds < 4 for seconds in seen["items"])
 
 
 # -- a host author's mistakes, told at install in the author's terms --------------------
