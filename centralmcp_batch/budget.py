@@ -92,8 +92,7 @@ def size(value: Any) -> int:
 
 def string_size(text: str) -> int:
     """The encoded size of one JSON string, quotes and escapes included."""
-    encoded = _encode_string(text)
-    return len(encoded) if encoded.isascii() else len(encoded.encode())  # text_size's, without a call: 3 an entry
+    return text_size(_encode_string(text))
 
 
 class _Sized:

@@ -486,8 +486,7 @@ def _arguments_problem(arguments: Any) -> str | None:
         return "arguments must be an object"
     try:
         text = budget.dumps(arguments)
-        # budget.text_size, inline: every entry's path. A lone surrogate fails here (UnicodeEncodeError, a ValueError).
-        encoded_bytes = len(text) if text.isascii() else len(text.encode())
+        encoded_bytes = budget.text_size(text)  # a lone surrogate fails here: UnicodeEncodeError, a ValueError
     except (TypeError, ValueError, RecursionError):
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:
@@ -617,8 +616,7 @@ def ok_item_size(item: dict[str, Any], keys_size: int) -> int:
     text = budget.dumps(item["result"])
     if nests_deeper(item["result"], text, MAX_RESULT_DEPTH):
         raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
-    text_bytes = len(text) if text.isascii() else len(text.encode())  # budget.text_size, inline: every entry's path
-    return keys_size + (4 if server is None else budget.string_size(server)) + text_bytes
+    return keys_size + (4 if server is None else budget.string_size(server)) + budget.text_size(text)
 
 
 def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:

@@ -222,8 +222,7 @@ class HookCalls:
         try:
             if self._sole_token is not None:
                 wait = self._sole_token(tool)
-                # A coroutine told here, without the call: the common answer, on every entry's path.
-                return [wait] if type(wait) is CoroutineType or (wait is not None and is_awaitable(wait)) else []
+                return [wait] if wait is not None and is_awaitable(wait) else []
             impls = self._plans["centralmcp_acquire_rate_token"]
             if impls is None:
                 answers = self._pluginmanager._hookexec(

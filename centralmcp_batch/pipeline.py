@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Mapping
-from types import CoroutineType
 from typing import Any
 
 from .engine import Guards, ValidCall, call_timed_out, describe, must_propagate
@@ -66,7 +65,7 @@ async def read_one(
                 resume = await await_me_maybe(hooks.resume_cursor(tool, arguments, cursor))
             except InvalidCursor as exc:
                 return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
-        cap = guards.server_cap(tool) if tool.concurrency else None  # most tools have no cap: no call
+        cap = guards.server_cap(tool)
         if cap is None:
             result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
         else:
@@ -106,10 +105,7 @@ async def _call_backend(
             await told
     result = hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
     try:
-        if type(result) is CoroutineType or is_awaitable(result):  # the common answer told without a call
-            result = await guards.dispatch(result, tool)
-        else:
-            result = guards.answered(result)
+        result = await guards.dispatch(result, tool) if is_awaitable(result) else guards.answered(result)
     finally:
         timed_out = guards.dispatch_ended()
     return result, timed_out
