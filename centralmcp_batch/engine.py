@@ -896,7 +896,8 @@ class _Run:
                 # Told within the batch time limit too: a progress report that never completes must
                 # not hold the batch past it (the item is kept before anyone is told).
                 with anyio.CancelScope(deadline=batch_deadline):
-                    await self.finish(call.index, _item_of(call, outcome), self.seconds_since(started))
+                    seconds = time.perf_counter() - started if self.hears_items else 0.0
+                    await self.finish(call.index, _item_of(call, outcome), seconds)
 
     async def run_one(self, call: ValidCall, started: float) -> None:
         if call.name in self.self_names:
@@ -918,14 +919,8 @@ class _Run:
                 # cancellation): the cancellation is raised here, so the worker answers the entry for
                 # whichever limit it was, the call's or the batch's, as it does a call that was cut off.
                 await anyio.lowlevel.checkpoint_if_cancelled()
-        # Inline, not seconds_since(): a call would cost what skipping the clock saves.
         seconds = time.perf_counter() - started if self.hears_items else 0.0
         await self.finish(call.index, _item_of(call, outcome), seconds)
-
-    def seconds_since(self, started: float) -> float:
-        """An entry's seconds for the item observer; not read (0.0) when no item observer hears (a clock
-        reading is 0.4 k instructions, and an entry made two for nobody)."""
-        return time.perf_counter() - started if self.hears_items else 0.0
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         try:

@@ -3,8 +3,11 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from centralmcp_batch import engine
 
 pytest_plugins = ["redis_server", "pytester"]  # redis_server, redis_url; pytester runs the kit on broken hosts
 
@@ -48,3 +51,17 @@ def _sqlite_stores_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture
+def groups_opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each task group a batch opens for its workers, counted as it opens."""
+    opened: list[int] = []
+    real_in_group = engine._in_group
+
+    async def in_group(work: Any, deadline: float) -> None:
+        opened.append(1)
+        await real_in_group(work, deadline)
+
+    monkeypatch.setattr(engine, "_in_group", in_group)
+    return opened

@@ -186,19 +186,6 @@ async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(m
     assert [item["result"] for item in response["results"]] == [0, 1, 2, 3]
 
 
-def counting_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each task group a batch opens for its workers, counted as it opens."""
-    opened: list[int] = []
-    real_in_group = engine._in_group
-
-    async def in_group(work: Any, deadline: float) -> None:
-        opened.append(1)
-        await real_in_group(work, deadline)
-
-    monkeypatch.setattr(engine, "_in_group", in_group)
-    return opened
-
-
 def quiet_forecast() -> engine.WaitForecast:
     forecast = engine.WaitForecast()
     for _ in range(engine.QUIET_BATCHES):
@@ -217,8 +204,8 @@ def test_a_forecast_expects_waits_until_quiet_batches_in_a_row_and_again_after_o
 
 
 @on_each_backend
-async def test_a_host_whose_entries_never_wait_stops_opening_task_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    opened = counting_groups(monkeypatch)
+async def test_a_host_whose_entries_never_wait_stops_opening_task_groups(groups_opened: list[int]) -> None:
+    opened = groups_opened
     forecast, tasks = engine.WaitForecast(), []
     for _ in range(engine.QUIET_BATCHES + 3):
         response = await engine.run_batch(
@@ -234,9 +221,9 @@ async def test_a_host_whose_entries_never_wait_stops_opening_task_groups(monkeyp
 
 @on_each_backend
 async def test_an_entry_that_waits_with_no_group_waits_alone_then_the_rest_get_the_concurrency(
-    monkeypatch: pytest.MonkeyPatch,
+    groups_opened: list[int],
 ) -> None:
-    opened = counting_groups(monkeypatch)
+    opened = groups_opened
     events: list[tuple[str, int]] = []
 
     async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:

@@ -79,15 +79,8 @@ def hooks_for(*plugins: object) -> HostHooks:
     return HostHooks(hosting.plugin_manager(*plugins))
 
 
-async def test_each_host_keeps_its_forecast_of_waits_across_its_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    opened: list[str] = []
-    real_in_group = engine._in_group
-
-    async def in_group(work: Any, deadline: float) -> None:
-        opened.append("group")
-        await real_in_group(work, deadline)
-
-    monkeypatch.setattr(engine, "_in_group", in_group)
+async def test_each_host_keeps_its_forecast_of_waits_across_its_batches(groups_opened: list[int]) -> None:
+    opened = groups_opened
     host = SyncHost()
     hooks, other_hooks = hooks_for(host), hooks_for(SyncHost())
     calls = [{"name": "get_a"}, {"name": "get_b"}]
