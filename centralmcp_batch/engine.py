@@ -398,8 +398,46 @@ def check_batch(calls: Any) -> str | None:
     return None
 
 
-def parse_entry(index: int, raw: Any) -> Entry:
-    """Validate one entry in the documented order; the first failure wins."""
+def parse_entries(calls: list[Any]) -> list[Entry]:
+    """``parse_entry`` for each call, the arguments' bounds told for the whole batch at once.
+
+    The common batch's arguments all fit the bounds together: one encoding of them all tells it,
+    where one encoding per entry was 2 % of a zero-latency entry's bytecode. Otherwise each entry's
+    own arguments are measured, and the other checks have passed: the outcome is ``parse_entry``'s.
+    """
+    entries = [parse_entry(index, raw, measure_arguments=False) for index, raw in enumerate(calls)]
+    if _arguments_fit_together([entry.arguments for entry in entries if type(entry) is ValidCall]):
+        return entries
+    return [_with_arguments_measured(entry) for entry in entries]
+
+
+def _arguments_fit_together(given: list[dict[str, Any]]) -> bool:
+    """Whether every one of ``given`` is within the arguments' bounds, as their list tells it.
+
+    Each one's encoding is a part of the list's, so none is larger, and each object opens a bracket
+    of its own: the brackets beyond those and the list's are all the nesting any one of them can have.
+    """
+    try:
+        text = budget.dumps(given)
+        encoded_bytes = budget.text_size(text)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    nested = text.count("{") + text.count("[") - 1 - len(given)
+    return encoded_bytes <= MAX_ARGUMENT_BYTES and 1 + nested <= MAX_ARGUMENT_DEPTH
+
+
+def _with_arguments_measured(entry: Entry) -> Entry:
+    if not isinstance(entry, ValidCall):
+        return entry
+    problem = _arguments_problem(entry.arguments)
+    return entry if problem is None else InvalidCall(entry.index, entry.id, entry.name, problem)
+
+
+def parse_entry(index: int, raw: Any, *, measure_arguments: bool = True) -> Entry:
+    """Validate one entry in the documented order; the first failure wins.
+
+    ``measure_arguments=False`` leaves out only the arguments' size and nesting (see ``parse_entries``).
+    """
     if type(raw) is dict:  # the common entry, told valid in one pass; anything else is checked in order below
         call_id, name, arguments, cursor = raw.get("id"), raw.get("name"), raw.get("arguments"), raw.get("cursor")
         if call_id is None:
@@ -413,7 +451,11 @@ def parse_entry(index: int, raw: Any) -> Entry:
             and name.isascii()
             and (cursor is None or type(cursor) is str)
             and raw.keys() <= ENTRY_KEYS
-            and _arguments_problem(arguments) is None
+            and (
+                _arguments_problem(arguments) is None
+                if measure_arguments
+                else arguments is None or type(arguments) is dict
+            )
         ):
             return ValidCall(index, call_id, name, arguments or {}, cursor)
     return _parse_in_order(index, raw)
@@ -491,33 +533,18 @@ def _arguments_problem(arguments: Any) -> str | None:
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:
         return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
-    if nests_deeper(arguments, text, MAX_ARGUMENT_DEPTH):
+    if nests_deeper(text, MAX_ARGUMENT_DEPTH):
         return f"arguments must be nested at most {MAX_ARGUMENT_DEPTH} levels deep"
     return None
 
 
-def nests_deeper(value: Any, text: str, levels: int) -> bool:
-    """Whether ``value``, encoded as ``text``, nests more than ``levels`` deep.
+def nests_deeper(text: str, levels: int) -> bool:
+    """Whether JSON ``text`` nests more than ``levels`` deep.
 
     Each level of nesting opens with a bracket of its own, so text with no more brackets than
-    ``levels`` cannot nest deeper: most values are told without walking them.
+    ``levels`` cannot nest deeper: most texts are told by counting them.
     """
-    return text.count("{") + text.count("[") > levels and nesting_depth(value) > levels
-
-
-def nesting_depth(value: Any) -> int:
-    """Levels of objects and arrays: ``{}`` is 1, ``{"a": [1]}`` is 2. Iterative, so no recursion limit."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        current, depth = stack.pop()
-        children = (
-            current.values() if isinstance(current, dict) else current if isinstance(current, list | tuple) else None
-        )
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+    return text.count("{") + text.count("[") > levels and budget.nesting(text, levels) > levels
 
 
 def duplicate_id(entries: Sequence[Entry]) -> str | None:
@@ -614,7 +641,7 @@ def ok_item_size(item: dict[str, Any], keys_size: int) -> int:
     """
     server = item["server"]
     text = budget.dumps(item["result"])
-    if nests_deeper(item["result"], text, MAX_RESULT_DEPTH):
+    if nests_deeper(text, MAX_RESULT_DEPTH):
         raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
     return keys_size + (4 if server is None else budget.string_size(server)) + budget.text_size(text)
 
@@ -635,7 +662,7 @@ def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any],
 def item_size(item: dict[str, Any]) -> int:
     """``budget.size(item)``; RecursionError when its result nests deeper than ``MAX_RESULT_DEPTH``."""
     text = budget.dumps(item)
-    if nests_deeper(item, text, MAX_RESULT_DEPTH + 1):  # the item's own object is a level above its result
+    if nests_deeper(text, MAX_RESULT_DEPTH + 1):  # the item's own object is a level above its result
         raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
     return budget.text_size(text)
 
@@ -1054,7 +1081,7 @@ async def run_batch(
     started = time.perf_counter()
     observer = observer or QuietObserver()
     rejection = check_batch(calls)
-    entries = [] if rejection else [parse_entry(index, raw) for index, raw in enumerate(calls)]
+    entries = [] if rejection else parse_entries(calls)
     repeated = None if rejection else duplicate_id(entries)
     if repeated is not None:
         rejection = f"duplicate call id '{repeated}': ids must be unique within a batch so results can be correlated"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from centralmcp_batch import budget, engine
 from centralmcp_batch.models import Outcome
@@ -128,3 +131,61 @@ def test_a_failed_encoding_leaves_nothing_behind_for_the_next() -> None:
         budget.dumps(outer)  # fails inside outer: the encoder was still in it
     outer.pop()
     assert budget.dumps(outer) == "[[1]]"  # not taken for a cycle
+
+
+# -- nesting, read off the encoded text ------------------------------------------------
+
+
+def levels_of(value: Any) -> int:
+    """Levels of objects and arrays, walked: what ``budget.nesting`` must read off the text."""
+    deepest, frontier = 0, [value]
+    while frontier := [item for item in frontier if isinstance(item, dict | list)]:
+        deepest += 1
+        frontier = [child for item in frontier for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+# Text that looks like structure: brackets, quotes and backslashes in every arrangement, escaped
+# characters beside them (a newline, a control character, a non-ASCII letter, an emoji).
+TRICKY_TEXT = st.text(st.sampled_from(list('{}[]"\\:,ab\n\x01\u00e9\U0001f600')), max_size=12)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TRICKY_TEXT, inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(JSON_VALUES)
+def test_nesting_read_off_the_text_is_the_values_own(value: Any) -> None:
+    assert budget.nesting(budget.dumps(value), 1_000) == levels_of(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "levels"),
+    [
+        ("scalar", 0),
+        ({}, 1),
+        ([], 1),
+        ({"a": [1, {"b": 2}]}, 3),
+        ({"{[": "]}", "\\": ['"', '\\"', '"{"'], "k": {"x": "\u00e9[", "y": [[]]}}, 4),
+        ([[], [[]], [[[]]], {}], 4),
+        ((1, (2, (3,))), 3),  # a tuple is written as an array
+    ],
+)
+def test_nesting_counts_containers_and_nothing_inside_strings(value: Any, levels: int) -> None:
+    assert budget.nesting(budget.dumps(value), 100) == levels == levels_of(json.loads(budget.dumps(value)))
+
+
+def test_nesting_stops_counting_past_its_limit_and_has_no_recursion_limit() -> None:
+    text = "[" * 5_000 + "1" + "]" * 5_000  # deeper than Python's recursion limit, or the encoder's
+    assert budget.nesting(text, 10_000) == 5_000
+    assert budget.nesting(text, 4_999) == 5_000
+    assert budget.nesting(text, 200) == 201
+
+
+def test_nesting_of_text_utf8_cannot_hold_raises_as_its_size_does() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        budget.nesting('["\ud800"]', 10)
+    with pytest.raises(UnicodeEncodeError):
+        budget.text_size('["\ud800"]')

@@ -436,6 +436,41 @@ async def test_invalid_entries_say_the_bound_and_echo_no_value(entry: Any, error
     assert SECRET not in json.dumps(response)
 
 
+def nested_once(depth: int) -> dict[str, Any]:
+    """Arguments ``depth`` levels deep: ``{"a": [[...]]}``."""
+    value: Any = "x"
+    for _ in range(depth - 1):
+        value = [value]
+    return {"a": value}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "failing"),
+    [
+        # Each within the bounds, together over them both: every entry is measured on its own, and runs.
+        ([{"blob": "b" * 15_000}, {"blob": "c" * 15_000}], {}),
+        ([nested_once(8) for _ in range(3)], {}),
+        ([nested_once(2) for _ in range(9)] + [{}], {}),
+        # One over a bound among entries within them: only it fails, with its own bound.
+        ([{"x": 1}, nested_once(9), {"y": 2}], {1: "arguments must be nested at most 8 levels deep"}),
+        ([{"x": 1}, {"y": 2}, {"blob": "b" * 20_001}], {2: "arguments must be at most 20000 bytes as JSON"}),
+        ([{"x": {SECRET}}, {"y": 2}], {0: "arguments must be JSON-serializable"}),
+        ([{"x": "\ud800"}, None, {"y": "\u00e9"}], {0: "arguments must be JSON-serializable"}),
+    ],
+)
+async def test_arguments_are_bounded_entry_by_entry_whatever_the_rest_of_the_batch_holds(
+    arguments: list[Any], failing: dict[int, str]
+) -> None:
+    calls = [{"name": "a", "arguments": given} for given in arguments]
+    calls[-1]["argumnts"] = {}  # an unknown key fails after the arguments' bounds, and is the last entry's problem
+    response = await run(calls)
+    errors = {item["index"]: item.get("error") for item in response["results"] if item["status"] == "invalid_call"}
+    unknown_key = "unknown key 'argumnts': a call has only name, arguments, id and cursor"
+    last = len(calls) - 1
+    assert errors == {**failing, last: failing.get(last, unknown_key)}
+    assert all(item["status"] == "ok" for item in response["results"] if item["index"] not in errors)
+
+
 async def test_validation_order_first_failure_wins() -> None:
     response = await run([{"id": 3, "name": 4, "arguments": "x", "cursor": 1}])
     assert response["results"][0]["error"] == "id must be a non-empty string"
@@ -465,19 +500,8 @@ def test_the_call_keys_are_the_published_schemas() -> None:
     assert set(schema["properties"]) == engine.ENTRY_KEYS and schema["additionalProperties"] is False
 
 
-def test_nesting_depth_counts_containers() -> None:
-    assert engine.nesting_depth({}) == 1
-    assert engine.nesting_depth({"a": [1, {"b": 2}]}) == 3
-    assert engine.nesting_depth("scalar") == 0
-    deep: Any = 1
-    for _ in range(5000):  # deeper than Python's recursion limit: must not blow up
-        deep = [deep]
-    assert engine.nesting_depth(deep) == 5000
-
-
 async def test_eight_levels_are_allowed_nine_are_not() -> None:
     eight = {"a": [[[[[[["x"]]]]]]]}
-    assert engine.nesting_depth(eight) == 8
     response = await run([{"name": "a", "arguments": eight}, {"name": "b", "arguments": {"a": eight}}])
     assert [item["status"] for item in response["results"]] == ["ok", "invalid_call"]
 
