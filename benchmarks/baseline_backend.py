@@ -1,7 +1,9 @@
-"""The benchmark's backend for the CentralMCP-style comparison: one server, two read tools.
+"""The benchmark's backend for the CentralMCP-style comparison: one server, three read tools.
 
 ``wait`` sleeps as long as it is told (none at 0) and echoes its tag; ``blob`` answers about
-``kb`` kilobytes in 1 KB rows (few enough rows that the router's 200-item page never clips it).
+``kb`` kilobytes in 1 KB rows (few enough rows that the router's 200-item page never clips it);
+``records`` answers ``count`` nested device records of about 350 bytes, shaped as an API's device
+listing is (objects and lists in objects in a list, four levels deep), at once.
 """
 
 from __future__ import annotations
@@ -29,3 +31,27 @@ async def wait(seconds: float = 0.0, tag: str = "") -> dict[str, Any]:
 def blob(kb: int = 100, tag: str = "") -> dict[str, Any]:
     """About ``kb`` KB of rows."""
     return {"tag": tag, "rows": [f"{i:05d}{ROW[5:]}" for i in range(kb)]}  # distinct rows, as a real answer has
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def records(count: int = 40, tag: str = "") -> dict[str, Any]:
+    """``count`` device records, each with a site, two radios, an uplink and labels."""
+    return {"tag": tag, "count": count, "devices": [_device(i) for i in range(count)]}
+
+
+def _device(i: int) -> dict[str, Any]:
+    return {
+        "serial": f"CN{i:08d}",
+        "name": f"ap-{i:04d}",
+        "model": "AP-515",
+        "status": "Up" if i % 9 else "Down",
+        "ip": f"10.{i // 256 % 256}.{i % 256}.2",
+        "site": {"id": 1000 + i % 7, "name": f"site-{i % 7}"},
+        "radios": [
+            {"band": "2.4GHz", "channel": 1 + i % 11, "power_dbm": 12.5, "clients": i % 13},
+            {"band": "5GHz", "channel": 36 + 4 * (i % 8), "power_dbm": 18.0, "clients": i % 29},
+        ],
+        "uplink": {"port": f"0/0/{i % 4}", "vlans": [1, 10 + i % 5], "speed": {"mbps": 1000, "duplex": "full"}},
+        "labels": ["floor-2", "east"] if i % 2 else ["floor-1"],
+        "uptime_s": 86_400 + 37 * i,
+    }
