@@ -414,16 +414,19 @@ def parse_entries(calls: list[Any]) -> list[Entry]:
 def _arguments_fit_together(given: list[dict[str, Any]]) -> bool:
     """Whether every one of ``given`` is within the arguments' bounds, as their list tells it.
 
-    Each one's encoding is a part of the list's, so none is larger, and each object opens a bracket
-    of its own: the brackets beyond those and the list's are all the nesting any one of them can have.
+    Each one's encoding is a part of the list's, so none is larger, and the list nests one level
+    deeper than the deepest of them. Counting tells most batches: each object opens a bracket of its
+    own, so the brackets beyond those and the list's are all the nesting any one of them can have.
     """
     try:
         text = budget.dumps(given)
         encoded_bytes = budget.text_size(text)
     except (TypeError, ValueError, RecursionError):
         return False
+    if encoded_bytes > MAX_ARGUMENT_BYTES:
+        return False
     nested = text.count("{") + text.count("[") - 1 - len(given)
-    return encoded_bytes <= MAX_ARGUMENT_BYTES and 1 + nested <= MAX_ARGUMENT_DEPTH
+    return 1 + nested <= MAX_ARGUMENT_DEPTH or budget.nesting(text, MAX_ARGUMENT_DEPTH + 1) <= MAX_ARGUMENT_DEPTH + 1
 
 
 def _with_arguments_measured(entry: Entry) -> Entry:
