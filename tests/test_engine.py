@@ -447,7 +447,7 @@ def nested_once(depth: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("arguments", "failing"),
     [
-        # Each within the bounds, together over them both: every entry is measured on its own, and runs.
+        # Each within the bounds; together over the bytes, or with brackets too many to count: every entry runs.
         ([{"blob": "b" * 15_000}, {"blob": "c" * 15_000}], {}),
         ([nested_once(8) for _ in range(3)], {}),
         ([nested_once(2) for _ in range(9)] + [{}], {}),
