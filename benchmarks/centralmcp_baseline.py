@@ -467,9 +467,13 @@ async def records_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]
         async def session_plugin() -> None:
             check_plugin(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
 
-        variants = {**in_process_variants(routers, calls), "session_builtin": session_builtin}
+        variants = {
+            **in_process_variants(routers, calls),
+            "session_builtin": session_builtin,
+            "session_plugin": session_plugin,
+        }
         long_samples = replace(plan, sample_seconds=max(plan.sample_seconds, RECORDS_SAMPLE_SECONDS))
-        samples = await sampled({**variants, "session_plugin": session_plugin}, long_samples)
+        samples = await sampled(variants, long_samples)
     return [
         {
             "where": "in process",

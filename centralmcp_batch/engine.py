@@ -406,27 +406,11 @@ def parse_entries(calls: list[Any]) -> list[Entry]:
     own arguments are measured, and the other checks have passed: the outcome is ``parse_entry``'s.
     """
     entries = [parse_entry(index, raw, measure_arguments=False) for index, raw in enumerate(calls)]
-    if _arguments_fit_together([entry.arguments for entry in entries if type(entry) is ValidCall]):
+    # Each one's encoding is a part of the list's, so none is larger, and the list is a level above the deepest.
+    given = [entry.arguments for entry in entries if type(entry) is ValidCall]
+    if _encoding_problem(given, wrapping=1) is None:
         return entries
     return [_with_arguments_measured(entry) for entry in entries]
-
-
-def _arguments_fit_together(given: list[dict[str, Any]]) -> bool:
-    """Whether every one of ``given`` is within the arguments' bounds, as their list tells it.
-
-    Each one's encoding is a part of the list's, so none is larger, and the list nests one level
-    deeper than the deepest of them. Counting tells most batches: each object opens a bracket of its
-    own, so the brackets beyond those and the list's are all the nesting any one of them can have.
-    """
-    try:
-        text = budget.dumps(given)
-        encoded_bytes = budget.text_size(text)
-    except (TypeError, ValueError, RecursionError):
-        return False
-    if encoded_bytes > MAX_ARGUMENT_BYTES:
-        return False
-    nested = text.count("{") + text.count("[") - 1 - len(given)
-    return 1 + nested <= MAX_ARGUMENT_DEPTH or budget.nesting(text, MAX_ARGUMENT_DEPTH + 1) <= MAX_ARGUMENT_DEPTH + 1
 
 
 def _with_arguments_measured(entry: Entry) -> Entry:
@@ -529,14 +513,20 @@ def _arguments_problem(arguments: Any) -> str | None:
         return None
     if not isinstance(arguments, dict):
         return "arguments must be an object"
+    return _encoding_problem(arguments)
+
+
+def _encoding_problem(value: Any, wrapping: int = 0) -> str | None:
+    """The first of the arguments' bounds ``value`` breaks as JSON; its outer ``wrapping`` levels are
+    containers around arguments (``parse_entries``' list of them), not the arguments' own."""
     try:
-        text = budget.dumps(arguments)
+        text = budget.dumps(value)
         encoded_bytes = budget.text_size(text)  # a lone surrogate fails here: UnicodeEncodeError, a ValueError
     except (TypeError, ValueError, RecursionError):
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:
         return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
-    if nests_deeper(text, MAX_ARGUMENT_DEPTH):
+    if nests_deeper(text, MAX_ARGUMENT_DEPTH + wrapping):
         return f"arguments must be nested at most {MAX_ARGUMENT_DEPTH} levels deep"
     return None
 
