@@ -1,9 +1,11 @@
-"""The benchmark's backend for the CentralMCP-style comparison: one server, three read tools.
+"""The benchmark's backend for the CentralMCP-style comparison: one server, four read tools and a write.
 
 ``wait`` sleeps as long as it is told (none at 0) and echoes its tag; ``blob`` answers about
 ``kb`` kilobytes in 1 KB rows (few enough rows that the router's 200-item page never clips it);
 ``records`` answers ``count`` nested device records of about 350 bytes, shaped as an API's device
-listing is (objects and lists in objects in a list, four levels deep), at once.
+listing is (objects and lists in objects in a list, four levels deep), at once. ``unavailable``
+fails at once, as a backend that is down does; ``reboot`` is a write, which the read-only gate
+refuses before it runs.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from standins.centralmcp_shared import READ_ONLY
+from standins.centralmcp_shared import READ_ONLY, WRITE
 
 from centralmcp_batch import _compat
 
@@ -55,3 +57,15 @@ def _device(i: int) -> dict[str, Any]:
         "labels": ["floor-2", "east"] if i % 2 else ["floor-1"],
         "uptime_s": 86_400 + 37 * i,
     }
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def unavailable(tag: str = "") -> dict[str, Any]:
+    """A read whose backend is down: it fails at once, naming the tag."""
+    raise RuntimeError(f"backend unavailable for {tag}")
+
+
+@mcp.tool(annotations=WRITE)
+async def reboot(tag: str = "") -> dict[str, Any]:
+    """A write: a read path must refuse it before it runs."""
+    raise AssertionError(f"a read path ran the write reboot for {tag}")

@@ -16,7 +16,9 @@ session, the client's checks included, and a batch of 1 against one ``invoke_rea
 against a tool that does no work: it answers a fixed batch answer under the same output schema),
 ``schema`` (the SDK client's own output-schema check of one 25-entry answer), ``memory``
 (tracemalloc peak, 25 answers of about 100 KB), ``http`` (8 clients over streamable HTTP) and
-``records`` (25 answers of nested records, about 9 KB each, in process and over a session).
+``records`` (25 answers of nested records, about 9 KB each, in process and over a session) and
+``failures`` (25 entries that each fail: an unknown tool, a write the gate refuses, a backend that is
+down, in turn; in process and over a session).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from centralmcp_batch.ratelimit.config import RATE, STORE_ENV  # noqa: E402
 
 STANDIN = HERE.parent / "tests" / "standins" / "centralmcp_router.py"
 TOOL = batch_tool.TOOL_NAME
-SCENARIOS = ("in_process", "mcp", "schema", "memory", "http", "records")
+SCENARIOS = ("in_process", "mcp", "schema", "memory", "http", "records", "failures")
 HTTP_CLIENTS = 8
 
 
@@ -474,6 +476,11 @@ async def records_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]
         }
         long_samples = replace(plan, sample_seconds=max(plan.sample_seconds, RECORDS_SAMPLE_SECONDS))
         samples = await sampled(variants, long_samples)
+    return in_process_and_session_rows(samples)
+
+
+def in_process_and_session_rows(samples: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    """A workload's rows: in process against the loop and the built-in, over a session against the built-in."""
     return [
         {
             "where": "in process",
@@ -498,6 +505,60 @@ async def check_unclipped(routers: Routers, calls: list[dict[str, Any]]) -> None
     for answer in answers:
         if any("_response_bounds" in item["result"] for item in answer["results"]):
             raise BaselineError(f"answers of {RECORDS} records were clipped: {str(answer)[:300]}")
+
+
+# -- failing entries ----------------------------------------------------------------------------
+
+# Each entry fails one of three ways, in turn, and is answered with the status the router gives it.
+FAILING = (("no_such_tool", "unknown_tool"), ("reboot", "blocked"), ("unavailable", "error"))
+
+
+def failing_calls(n: int) -> list[dict[str, Any]]:
+    return [{**call, "name": FAILING[i % 3][0]} for i, call in enumerate(calls_of(n))]
+
+
+def check_failed(results: Sequence[Any], calls: Sequence[Mapping[str, Any]], wrapped: bool) -> None:
+    """Every entry failed as its tool should, at its call's place (a batch item names its id)."""
+    seen = [(item.get("id") if wrapped else None, item.get("status")) for item in results]
+    expected = [(call["id"] if wrapped else None, FAILING[i % 3][1]) for i, call in enumerate(calls)]
+    if seen != expected:
+        raise BaselineError(f"entries failed otherwise than their tools should: {str(results)[:300]}")
+
+
+def failing_variants(routers: Routers, calls: list[dict[str, Any]]) -> dict[str, Run]:
+    async def loop() -> None:
+        read = routers.plugin._dispatch_read_tool
+        answers = [await read(None, call["name"], call["arguments"]) for call in calls]
+        check_failed([{"status": answer.get("status", "error")} for answer in answers], calls, wrapped=False)
+
+    async def builtin() -> None:
+        check_failed((await routers.builtin.invoke_read_tool_batch(None, calls))["results"], calls, wrapped=True)
+
+    async def plugin() -> None:
+        check_failed((await batch_tool.run(routers.hooks, calls))["results"], calls, wrapped=True)
+
+    return {"loop": loop, "builtin": builtin, "plugin": plugin}
+
+
+async def failures_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
+    """25 entries that each fail, zero latency: in process against the loop and the built-in, and over
+    an in-memory session against the built-in. An entry answered with another status stops the run."""
+    calls = failing_calls(25)
+    async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
+
+        async def session_builtin() -> None:
+            check_failed((await call_checked(to_builtin, TOOL, {"calls": calls}))["results"], calls, wrapped=True)
+
+        async def session_plugin() -> None:
+            check_failed((await call_checked(to_plugin, TOOL, {"calls": calls}))["results"], calls, wrapped=True)
+
+        variants = {
+            **failing_variants(routers, calls),
+            "session_builtin": session_builtin,
+            "session_plugin": session_plugin,
+        }
+        samples = await sampled(variants, plan)
+    return in_process_and_session_rows(samples)
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -525,6 +586,10 @@ TABLES = {
     ),
     "records": (
         f"F. Nested records: 25 answers of {RECORDS} device records (about 9 KB each), zero latency",
+        ["where", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin"],
+    ),
+    "failures": (
+        "G. Failing entries: 25, each an unknown tool, a write the gate refuses or a backend that is down",
         ["where", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin"],
     ),
 }
@@ -572,6 +637,22 @@ GOALS = [  # (target, scenario, row, figure, limit, at most?)
         1,
         True,
     ),
+    (
+        "failures in process: plugin <= 1.0x the built-in",
+        "failures",
+        {"where": "in process"},
+        "plugin_over_builtin",
+        1,
+        True,
+    ),
+    (
+        "failures over MCP: plugin <= 1.0x the built-in",
+        "failures",
+        {"where": "MCP session"},
+        "plugin_over_builtin",
+        1,
+        True,
+    ),
 ]
 
 
@@ -602,6 +683,7 @@ async def run_plan(plan: Plan) -> dict[str, Any]:
         "memory": memory_scenario,
         "http": http_scenario,
         "records": records_scenario,
+        "failures": failures_scenario,
     }
     for name in plan.scenarios:
         report[name] = await steps[name](plan, routers)

@@ -615,6 +615,8 @@ def _measure_envelope(total: int, invalid: list[dict[str, Any]]) -> int:
 # An ok item as compact JSON without its index, id, tool, server and result:
 # {"index":I,"id":"ID","tool":"NAME","server":"SERVER","status":"ok","result":RESULT}
 _OK_ITEM_BARE = len('{"index":,"id":,"tool":,"server":,"status":"ok","result":}')
+# A failed item's bare keys, less an ok item's: {"index":I,...,"status":"STATUS","error":"TEXT"}
+_FAILED_OVER_OK = len('{"index":,"id":,"tool":,"server":,"status":,"error":}') - _OK_ITEM_BARE
 
 
 def ok_keys_sizes(entries: Sequence[Entry]) -> list[int]:
@@ -637,6 +639,19 @@ def ok_item_size(item: dict[str, Any], keys_size: int) -> int:
     if nests_deeper(text, MAX_RESULT_DEPTH):
         raise RecursionError(f"nested more than {MAX_RESULT_DEPTH} levels deep")
     return keys_size + (4 if server is None else budget.string_size(server)) + budget.text_size(text)
+
+
+def failed_item_size(item: dict[str, Any], keys_size: int) -> int:
+    """``item_size(item)`` for a failed item made by ``make_item`` (a status and an error text, no
+    result), whose ``ok_keys_sizes`` entry is ``keys_size``: only its strings are measured."""
+    server = item["server"]
+    return (
+        keys_size
+        + _FAILED_OVER_OK
+        + budget.string_size(item["status"])
+        + budget.string_size(item["error"])
+        + (4 if server is None else budget.string_size(server))
+    )
 
 
 def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
@@ -944,9 +959,13 @@ class _Run:
 
     async def finish(self, index: int, item: dict[str, Any], seconds: float) -> None:
         try:
-            # Every ok item is made by _item_of, of its entry's own index, id and name.
-            ok = item["status"] == "ok"
-            self.sizes[index] = ok_item_size(item, self.keys_sizes[index]) if ok else item_size(item)
+            # Every item of a valid entry (those with a keys size) is made by _item_of, of the entry's own
+            # index, id and name; an invalid entry's item echoes what it could of the entry, and is encoded.
+            keys_size = self.keys_sizes[index]
+            if item["status"] == "ok":
+                self.sizes[index] = ok_item_size(item, keys_size)
+            else:
+                self.sizes[index] = failed_item_size(item, keys_size) if keys_size else item_size(item)
         except (TypeError, ValueError, RecursionError) as exc:
             item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item

@@ -46,7 +46,8 @@ async def read_one(
     try:
         found = hooks.find_tool(name)
         if type(found) is not ToolRef:
-            found = await await_me_maybe(found)
+            if found is not None:  # an unknown tool is told at once: None needs no await
+                found = await await_me_maybe(found)
             if found is None:
                 return Outcome("unknown_tool", error=unknown_tool_message(name))
             if not isinstance(found, ToolRef):

@@ -64,8 +64,9 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]  # a lost or misplaced answer stops it with BaselineError
     report = json.loads(out.read_text())
-    assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http", "records"))
-    assert [row["where"] for row in report["records"]] == ["in process", "MCP session"]
+    assert all(report[key] for key in ("in_process", "mcp", "schema", "memory", "http", "records", "failures"))
+    for workload in ("records", "failures"):  # each entry failed as its tool should, or the run stopped
+        assert [row["where"] for row in report[workload]] == ["in process", "MCP session"]
     assert {row["n"] for row in report["in_process"]} == {1, 25}
     # A batch of 1 is set against one invoke_read_tool and against the floor: a tool that answers a
     # fixed batch answer under the same output schema, whose answer was checked like every other.
@@ -80,12 +81,12 @@ def test_centralmcp_baseline_benchmark_runs(tmp_path: Path) -> None:
     assert {(row["schema"], row["n"]) for row in report["schema"]} == expected
     rates = [(row["plugin_entries_per_s"]["median"], row["baseline_entries_per_s"]["median"]) for row in report["http"]]
     assert rates and all(plugin > 0 and baseline > 0 for plugin, baseline in rates)
-    assert [target["met"] is not None for target in report["targets"]] == [True] * 9
+    assert [target["met"] is not None for target in report["targets"]] == [True] * 11
     floor = next(row for row in report["mcp"] if row["case"] == cases[2])["plugin_over_baseline"]["median"]
     floors = {item["target"]: item["floor"] for item in report["targets"] if "floor" in item}
     # the batch-of-1 target, and it alone, shows the schema's floor
     assert floors == {"n=1: plugin batch <= 1.1x one invoke_read_tool": round(floor, 3)}
-    assert done.stdout.count("\n### ") == 7
+    assert done.stdout.count("\n### ") == 8
 
 
 def load_baseline(monkeypatch: pytest.MonkeyPatch) -> ModuleType:

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import gc
 import importlib.util
+import itertools
 import json
 import math
 import sys
@@ -591,6 +592,39 @@ def test_an_ok_items_size_without_encoding_its_own_keys_is_its_whole_encodings(s
         for result in ODD_RESULTS:
             item = engine._item_of(call, Outcome("ok", ToolRef(call.name, server), result=result))
             assert engine.ok_item_size(item, keys_sizes[call.index]) == engine.item_size(item) == budget.size(item)
+
+
+@pytest.mark.parametrize("server", [None, "", "srv", *ODD_TEXT])
+def test_a_failed_items_size_from_its_strings_is_its_whole_encodings(server: Any) -> None:
+    calls = [{"name": f"{ODD_TEXT[i % 5]}{i}", "id": f"{ODD_TEXT[(i + 2) % 5]}#{i}"} for i in range(12)]
+    entries = [engine.parse_entry(index, call) for index, call in enumerate(calls)]
+    keys_sizes = engine.ok_keys_sizes(entries)
+    statuses = ["error", "blocked", "unknown_tool", "invalid_cursor", 'od"d\u2028']
+    for call in entries:
+        assert isinstance(call, ValidCall)
+        for status, error in itertools.product(statuses, [*ODD_TEXT, "", None, "e" * 900]):
+            item = engine._item_of(call, Outcome(status, ToolRef(call.name, server), error=error))
+            assert engine.failed_item_size(item, keys_sizes[call.index]) == engine.item_size(item) == budget.size(item)
+
+
+def test_a_failed_item_with_broken_unicode_fails_as_its_whole_encoding_does() -> None:
+    call = engine.parse_entry(0, {"name": "read"})
+    assert isinstance(call, ValidCall)
+    item = engine._item_of(call, Outcome("error", TOOL, error="bad \ud800 text"))
+    with pytest.raises(UnicodeEncodeError):
+        engine.item_size(item)
+    with pytest.raises(UnicodeEncodeError):
+        engine.failed_item_size(item, engine.ok_keys_sizes([call])[0])
+
+
+async def test_a_failed_entrys_item_with_broken_unicode_is_answered_as_unencodable() -> None:
+    async def broken(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        return Outcome("error", TOOL, error="bad \ud800 text" if call.name == "bad" else "fine")
+
+    response = await run([{"name": "bad"}, {"name": "good"}], broken)
+    first, second = response["results"]
+    assert first["status"] == "error" and "not JSON-serializable" in first["error"]
+    assert second == {"index": 1, "id": "1", "tool": "good", "server": TOOL.server, "status": "error", "error": "fine"}
 
 
 def looped() -> dict[str, Any]:
