@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 
 from centralmcp_batch import bench
@@ -116,3 +117,16 @@ def test_the_baseline_floor_goes_to_the_batch_of_one_target_in_any_order(monkeyp
         monkeypatch.setattr(baseline, "GOALS", order)
         floors = {item["target"]: item["floor"] for item in baseline.targets({"mcp": mcp}) if "floor" in item}
         assert floors == {batch_of_one: 1.02}
+
+
+@pytest.mark.anyio
+async def test_a_sample_is_sized_by_a_run_after_the_first() -> None:
+    # A first run that pays a one-time cost (an MCP client listing the tools) must not shrink every sample.
+    runs: list[float] = []
+
+    async def first_slow() -> None:
+        await anyio.sleep(0.05 if not runs else 0.001)
+        runs.append(1.0)
+
+    loops = await bench.loops_for(first_slow, 0.02)
+    assert len(runs) == 2 and loops >= 5  # sized by a 1 ms run (20 at most; sleeps overshoot), not by the 50 ms one
