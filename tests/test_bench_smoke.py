@@ -125,8 +125,9 @@ async def test_a_sample_is_sized_by_a_run_after_the_first() -> None:
     runs: list[float] = []
 
     async def first_slow() -> None:
-        await anyio.sleep(0.05 if not runs else 0.001)
+        await anyio.sleep(0.1 if not runs else 0.001)
         runs.append(1.0)
 
     loops = await bench.loops_for(first_slow, 0.02)
-    assert len(runs) == 2 and loops >= 5  # sized by a 1 ms run (20 at most; sleeps overshoot), not by the 50 ms one
+    # Sized by a 1 ms run (up to 20; a loaded machine oversleeps), not by the 100 ms one (1).
+    assert len(runs) == 2 and loops >= 2
