@@ -24,13 +24,14 @@ down, in turn; in process and over a session).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
 import sys
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -136,19 +137,35 @@ def check_builtin(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]
     check_results(response["results"], calls, wrapped=True)
 
 
+Calls = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Checks:
+    """How a workload's answers are checked: the loop's bare answers, and each router's batch response."""
+
+    loop: Callable[[list[Any], Calls], None]
+    builtin: Callable[[Mapping[str, Any], Calls], None]
+    plugin: Callable[[Mapping[str, Any], Calls], None]
+
+
+# Every entry answered, at its call's place, and each batch ok.
+ANSWERED = Checks(functools.partial(check_results, wrapped=False), check_builtin, check_plugin)
+
+
 # -- in process ---------------------------------------------------------------------------
 
 
-def in_process_variants(routers: Routers, calls: list[dict[str, Any]]) -> dict[str, Run]:
+def in_process_variants(routers: Routers, calls: list[dict[str, Any]], checks: Checks = ANSWERED) -> dict[str, Run]:
     async def loop() -> None:
         read = routers.plugin._dispatch_read_tool
-        check_results([await read(None, call["name"], call["arguments"]) for call in calls], calls, wrapped=False)
+        checks.loop([await read(None, call["name"], call["arguments"]) for call in calls], calls)
 
     async def builtin() -> None:
-        check_builtin(await routers.builtin.invoke_read_tool_batch(None, calls), calls)
+        checks.builtin(await routers.builtin.invoke_read_tool_batch(None, calls), calls)
 
     async def plugin() -> None:
-        check_plugin(await batch_tool.run(routers.hooks, calls), calls)
+        checks.plugin(await batch_tool.run(routers.hooks, calls), calls)
 
     return {"loop": loop, "builtin": builtin, "plugin": plugin}
 
@@ -461,26 +478,29 @@ async def records_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]
     over an in-memory session against the built-in. A clipped answer loses its tag and stops the run."""
     calls = calls_of(25, "records", count=RECORDS)
     await check_unclipped(routers, calls)
+    long_samples = replace(plan, sample_seconds=max(plan.sample_seconds, RECORDS_SAMPLE_SECONDS))
+    return await workload_rows(long_samples, routers, calls, ANSWERED)
+
+
+async def workload_rows(
+    plan: Plan, routers: Routers, calls: list[dict[str, Any]], checks: Checks
+) -> list[dict[str, Any]]:
+    """One workload in process against the loop and the built-in, and over an in-memory session against
+    the built-in; every answer checked by ``checks``."""
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
 
         async def session_builtin() -> None:
-            check_builtin(await call_checked(to_builtin, TOOL, {"calls": calls}), calls)
+            checks.builtin(await call_checked(to_builtin, TOOL, {"calls": calls}), calls)
 
         async def session_plugin() -> None:
-            check_plugin(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
+            checks.plugin(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
 
         variants = {
-            **in_process_variants(routers, calls),
+            **in_process_variants(routers, calls, checks),
             "session_builtin": session_builtin,
             "session_plugin": session_plugin,
         }
-        long_samples = replace(plan, sample_seconds=max(plan.sample_seconds, RECORDS_SAMPLE_SECONDS))
-        samples = await sampled(variants, long_samples)
-    return in_process_and_session_rows(samples)
-
-
-def in_process_and_session_rows(samples: Mapping[str, list[float]]) -> list[dict[str, Any]]:
-    """A workload's rows: in process against the loop and the built-in, over a session against the built-in."""
+        samples = await sampled(variants, plan)
     return [
         {
             "where": "in process",
@@ -517,48 +537,30 @@ def failing_calls(n: int) -> list[dict[str, Any]]:
     return [{**call, "name": FAILING[i % 3][0]} for i, call in enumerate(calls_of(n))]
 
 
-def check_failed(results: Sequence[Any], calls: Sequence[Mapping[str, Any]], wrapped: bool) -> None:
+def check_failed(results: Sequence[Any], calls: Calls, wrapped: bool) -> None:
     """Every entry failed as its tool should, at its call's place (a batch item names its id)."""
-    seen = [(item.get("id") if wrapped else None, item.get("status")) for item in results]
+    seen = [(item.get("id"), item.get("status")) if wrapped else (None, bare_status(item)) for item in results]
     expected = [(call["id"] if wrapped else None, FAILING[i % 3][1]) for i, call in enumerate(calls)]
     if seen != expected:
         raise BaselineError(f"entries failed otherwise than their tools should: {str(results)[:300]}")
 
 
-def failing_variants(routers: Routers, calls: list[dict[str, Any]]) -> dict[str, Run]:
-    async def loop() -> None:
-        read = routers.plugin._dispatch_read_tool
-        answers = [await read(None, call["name"], call["arguments"]) for call in calls]
-        check_failed([{"status": answer.get("status", "error")} for answer in answers], calls, wrapped=False)
+def bare_status(answer: Mapping[str, Any]) -> str:
+    """The status of the router's own answer: the one it names, or error where the backend failed."""
+    return str(answer.get("status", "error" if "error" in answer else "ok"))
 
-    async def builtin() -> None:
-        check_failed((await routers.builtin.invoke_read_tool_batch(None, calls))["results"], calls, wrapped=True)
 
-    async def plugin() -> None:
-        check_failed((await batch_tool.run(routers.hooks, calls))["results"], calls, wrapped=True)
+def check_failed_batch(response: Mapping[str, Any], calls: Calls) -> None:
+    check_failed(response["results"], calls, wrapped=True)
 
-    return {"loop": loop, "builtin": builtin, "plugin": plugin}
+
+FAILED = Checks(functools.partial(check_failed, wrapped=False), check_failed_batch, check_failed_batch)
 
 
 async def failures_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
-    """25 entries that each fail, zero latency: in process against the loop and the built-in, and over
-    an in-memory session against the built-in. An entry answered with another status stops the run."""
-    calls = failing_calls(25)
-    async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
-
-        async def session_builtin() -> None:
-            check_failed((await call_checked(to_builtin, TOOL, {"calls": calls}))["results"], calls, wrapped=True)
-
-        async def session_plugin() -> None:
-            check_failed((await call_checked(to_plugin, TOOL, {"calls": calls}))["results"], calls, wrapped=True)
-
-        variants = {
-            **failing_variants(routers, calls),
-            "session_builtin": session_builtin,
-            "session_plugin": session_plugin,
-        }
-        samples = await sampled(variants, plan)
-    return in_process_and_session_rows(samples)
+    """25 entries that each fail, zero latency (see ``workload_rows``). An entry answered with another
+    status stops the run."""
+    return await workload_rows(plan, routers, failing_calls(25), FAILED)
 
 
 # -- the report -------------------------------------------------------------------------------
