@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import math
+import re
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
@@ -657,14 +658,29 @@ def failed_item_size(item: dict[str, Any], keys_size: int) -> int:
 def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
     """An item JSON could not encode (``exc``), and its encoded size: an ok item's result as the
     server SDK would have written it for a single read (a datetime, a model, NaN), or, where even
-    that fails (a cycle, a nesting too deep, broken Unicode), an error item."""
-    if "result" in item and not isinstance(exc, RecursionError):  # converting never makes a value shallower
-        try:
-            converted = {**item, "result": budget.as_json(item["result"])}
+    that fails (a cycle, a nesting too deep, broken Unicode), an error item. Broken Unicode in the
+    item's own texts (a server name, an error) is replaced (see ``_encodable``): a failed item keeps
+    its status and its error, an ok item its result."""
+    texts = {key: _encodable(value) for key, value in item.items() if key != "result" and type(value) is str}
+    mended = {**item, **texts}
+    try:
+        if "result" not in item:
+            return mended, item_size(mended)
+        if not isinstance(exc, RecursionError):  # converting never makes a value shallower
+            converted = {**mended, "result": budget.as_json(item["result"])}
             return converted, item_size(converted)
-        except (TypeError, ValueError, RecursionError) as failed:
-            exc = failed
-    return _unencodable_item(item, exc)
+    except (TypeError, ValueError, RecursionError) as failed:
+        exc = failed
+    return _unencodable_item(mended, exc)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, every surrogate is a lone one: UTF-8 has no form for it
+
+
+def _encodable(text: str) -> str:
+    """``text`` with each character UTF-8 cannot hold (a lone surrogate) as U+FFFD, the replacement character:
+    an error is what its caller needs, and told as an unencodable result it would name the wrong part."""
+    return text if is_utf8(text) else _SURROGATE.sub("\ufffd", text)
 
 
 def item_size(item: dict[str, Any]) -> int:

@@ -131,3 +131,48 @@ async def test_a_sample_is_sized_by_a_run_after_the_first() -> None:
     loops = await bench.loops_for(first_slow, 0.02)
     # Sized by a 1 ms run (up to 20; a loaded machine oversleeps), not by the 100 ms one (1).
     assert len(runs) == 2 and loops >= 2
+
+
+def load_own_work(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    baseline = load_baseline(monkeypatch)  # own_work imports it by name
+    for name in (baseline.RATE.env, baseline.STORE_ENV, "CENTRALMCP_ROUTER_MODE"):  # its routers set them
+        monkeypatch.setenv(name, "")  # so that each is put back as it was (or removed) after the test
+    spec = importlib.util.spec_from_file_location("own_work", ROOT / "benchmarks" / "own_work.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("workload", ["ok", "failing"])
+def test_the_plugins_own_work_is_told_whole_by_duty(monkeypatch: pytest.MonkeyPatch, workload: str) -> None:
+    own_work = load_own_work(monkeypatch)
+    report = own_work.measure(workload, warm_up=5, rounds=1, loops=2)
+    totals, duties = report["bytecodes_per_entry"], report["plugin_over_loop"]
+    # Every bytecode the plugin runs over the loop is told to a duty, and each of the plugin's functions
+    # has one: a function renamed or added without a duty would show as unassigned.
+    assert sum(duties.values()) == pytest.approx(totals["plugin"] - totals["loop"])
+    assert own_work.UNASSIGNED not in duties
+    for duty in (own_work.ENTRY_CHECKS, own_work.TIME_LIMITS, own_work.WORKER, own_work.ITEMS):
+        assert duties[duty] > 0
+    assert totals["loop"] < totals["builtin"] < totals["plugin"]  # the batch does more than the loop
+    # An entry draws the account-wide token a single read draws, once; the built-in's router has no such limiter.
+    tokens = {name: counted.get(own_work.RATE_LIMIT, 0) for name, counted in report["by_duty"].items()}
+    assert tokens["loop"] == tokens["plugin"] > 0 == tokens["builtin"]
+    assert all(micros > 0 for micros in report["us_per_entry"].values())
+
+
+def test_own_work_tells_each_engine_function_a_duty(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Functions no batch of these workloads runs (the ramp, a helper worker, a deadline report) have one too.
+    own_work = load_own_work(monkeypatch)
+    from centralmcp_batch import engine
+
+    names = [
+        f"{name}.{member}" if member else name
+        for name, value in vars(engine).items()
+        if getattr(value, "__module__", None) == engine.__name__ and not getattr(value, "_is_protocol", False)
+        for member in ([""] if not isinstance(value, type) else [m for m in vars(value) if callable(vars(value)[m])])
+    ]
+    unassigned = [name for name in names if own_work.engine_duty(name) == own_work.UNASSIGNED]
+    assert not unassigned

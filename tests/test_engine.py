@@ -617,14 +617,34 @@ def test_a_failed_item_with_broken_unicode_fails_as_its_whole_encoding_does() ->
         engine.failed_item_size(item, engine.ok_keys_sizes([call])[0])
 
 
-async def test_a_failed_entrys_item_with_broken_unicode_is_answered_as_unencodable() -> None:
+@pytest.mark.parametrize("status", ["error", "blocked", "unknown_tool"])
+async def test_a_failed_entry_with_broken_unicode_in_its_error_keeps_its_status_and_error(status: str) -> None:
     async def broken(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        return Outcome("error", TOOL, error="bad \ud800 text" if call.name == "bad" else "fine")
+        return Outcome(status, TOOL, error="bad \ud800\udfff text é" if call.name == "bad" else "fine")
 
     response = await run([{"name": "bad"}, {"name": "good"}], broken)
     first, second = response["results"]
-    assert first["status"] == "error" and "not JSON-serializable" in first["error"]
-    assert second == {"index": 1, "id": "1", "tool": "good", "server": TOOL.server, "status": "error", "error": "fine"}
+    mended = "bad \ufffd\ufffd text é"
+    assert first == {"index": 0, "id": "0", "tool": "bad", "server": TOOL.server, "status": status, "error": mended}
+    assert second == {"index": 1, "id": "1", "tool": "good", "server": TOOL.server, "status": status, "error": "fine"}
+    assert response["failed_ids"] == ["0", "1"]
+    json.dumps(response, ensure_ascii=False).encode()  # the wire can carry all of it
+
+
+@pytest.mark.parametrize("status", ["ok", "error"])
+async def test_a_server_name_with_broken_unicode_is_mended_and_the_entry_kept(status: str) -> None:
+    broken_server = ToolRef("read", "srv\udc80")
+
+    async def from_broken_server(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        if status == "ok":
+            return Outcome("ok", broken_server, result={"n": call.index})
+        return Outcome("error", broken_server, error="down")
+
+    response = await run([{"name": "read"}, {"name": "read"}], from_broken_server)
+    for index, item in enumerate(response["results"]):
+        assert item["server"] == "srv\ufffd" and item["status"] == status
+        assert (item["result"] == {"n": index}) if status == "ok" else (item["error"] == "down")
+    json.dumps(response, ensure_ascii=False).encode()
 
 
 def looped() -> dict[str, Any]:
