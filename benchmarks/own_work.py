@@ -2,14 +2,15 @@
 
 Run from a checkout::
 
-    python benchmarks/own_work.py [--workload ok|failing] [--json PATH]
+    python benchmarks/own_work.py [--workload ok|failing] [--quick] [--json PATH]
 
 One batch of 25 zero-latency entries, in process, after warm-up, is run by each of the three
 variants of ``centralmcp_baseline.py`` (the router's own ``loop``, its ``built-in`` batch and the
 adopted ``plugin``) under ``sys.settrace`` with opcode events: the Python bytecodes each executes,
 which repeat from run to run where time does not. The plugin's bytecodes over the loop's are then
 told by duty, from the function that ran them. Beside them, the three variants' time per entry,
-untraced, measured in alternating rounds in the same run.
+untraced, measured in alternating rounds in the same run. It needs Python 3.11 or newer: a function's
+duty is looked up by its qualified name, which code objects carry from 3.11 on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ WORKER = "the workers: entries taken in order, each answer at its place"
 ITEMS = "items in the batch's shape, each sized for the response budget"
 OBSERVERS = "observers and progress reports"
 RATE_LIMIT = "the account-wide rate limiter, installed in the adopted router (the loop draws its token too)"
+READ = "the read: gate, rate token, dispatch and outcome, through the hooks"
+FACADE = "the hooks' facade: each hook called as the host registered it"
+ADAPTER = "the CentralMCP adapter: the router's catalog, gate, dispatch and bounding"
+FIXED = "the batch's fixed cost: settings, observers, the response"
 ENGINE_DUTIES = {
     ENTRY_CHECKS: (
         "check_batch parse_entries _with_arguments_measured parse_entry _parse_in_order _unknown_key_problem "
@@ -64,20 +69,24 @@ ENGINE_DUTIES = {
 }
 MODULE_DUTIES = {
     "budget": ITEMS,
-    "pipeline": "the read: gate, rate token, dispatch and outcome, through the hooks",
-    "models": "the read: gate, rate token, dispatch and outcome, through the hooks",
-    "host": "the hooks' facade: each hook called as the host registered it",
-    "adapters.centralmcp": "the CentralMCP adapter: the router's catalog, gate, dispatch and bounding",
-    "_compat": "the CentralMCP adapter: the router's catalog, gate, dispatch and bounding",
-    "batch_tool": "the batch's fixed cost: settings, observers, the response",
-    "settings": "the batch's fixed cost: settings, observers, the response",
-    "otel": "the batch's fixed cost: settings, observers, the response",
-    "errors": "the read: gate, rate token, dispatch and outcome, through the hooks",
+    "pipeline": READ,
+    "models": READ,
+    "errors": READ,
+    "host": FACADE,
+    "adapters.centralmcp": ADAPTER,
+    "_compat": ADAPTER,
+    "validation": ADAPTER,  # a backend's invalid-arguments error, retold without its values
+    "worker_threads": ADAPTER,  # a sync backend tool's call in a worker thread
+    "batch_tool": FIXED,
+    "settings": FIXED,
+    "otel": FIXED,
+    "hosting": FIXED,
     "ratelimit": RATE_LIMIT,
 }
 # Functions outside those modules' duty: the account-wide limiter's gate, which the adapter installs in
 # the router (the loop draws it too); the stand-in router reads a tool's hints through ``_compat``.
 FUNCTION_DUTIES = {"SharedRateGate": RATE_LIMIT, "annotation_hint": HOST}
+PLUGIN = "centralmcp_batch."
 
 
 def engine_duty(qualname: str) -> str:
@@ -89,20 +98,18 @@ def engine_duty(qualname: str) -> str:
     return UNASSIGNED
 
 
-def duty_of(code: types.CodeType, frame: types.FrameType) -> str:
-    path = Path(code.co_filename)
-    if code.co_filename == "<string>":  # a dataclass's generated __init__: told by the class it makes
-        made = type(frame.f_locals.get("self")).__name__
-        return engine_duty(made) if made in ("ValidCall", "InvalidCall") else MODULE_DUTIES["models"]
-    if "centralmcp_batch" not in path.parts:
+def duty_of(frame: types.FrameType) -> str:
+    module, name = frame.f_globals.get("__name__", ""), frame.f_code.co_qualname
+    if frame.f_code.co_filename == "<string>":  # generated code (a dataclass's __init__): told by the class it makes
+        made = type(frame.f_locals.get("self"))
+        module, name = made.__module__, made.__qualname__
+    if not module.startswith(PLUGIN):
         return HOST
-    inside = path.parts[path.parts.index("centralmcp_batch") + 1 :]
-    module = ".".join(inside).removesuffix(".py")
+    module, top = module.removeprefix(PLUGIN), name.split(".<locals>")[0]
     if module == "engine":
-        return engine_duty(code.co_qualname)
-    top = code.co_qualname.split(".")[0]
-    if top in FUNCTION_DUTIES:
-        return FUNCTION_DUTIES[top]
+        return engine_duty(top)
+    if top.split(".")[0] in FUNCTION_DUTIES:
+        return FUNCTION_DUTIES[top.split(".")[0]]
     for prefix, duty in MODULE_DUTIES.items():
         if module == prefix or module.startswith(prefix + "."):
             return duty
@@ -115,7 +122,7 @@ def traced(loop: asyncio.AbstractEventLoop, run: Callable[[], Any]) -> collectio
 
     def on_call(frame: types.FrameType, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes, frame.f_trace_lines = True, False
-        duty = duty_of(frame.f_code, frame)
+        duty = duty_of(frame)
 
         def on_opcode(frame: types.FrameType, event: str, arg: Any) -> Any:
             if event == "opcode":
@@ -146,8 +153,7 @@ async def timed(variants: dict[str, Any], rounds: int, loops: int) -> dict[str, 
 
 
 def measure(workload: str, warm_up: int, rounds: int, loops: int) -> dict[str, Any]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+    loop = asyncio.new_event_loop()  # run, never set as the thread's current loop: nothing is left behind
     try:
         routers = baseline.make_routers()
         calls, checks = (
@@ -162,7 +168,6 @@ def measure(workload: str, warm_up: int, rounds: int, loops: int) -> dict[str, A
         counts = {name: traced(loop, run) for name, run in variants.items()}
         micros = loop.run_until_complete(timed(variants, rounds, loops))
     finally:
-        asyncio.set_event_loop(None)
         loop.close()
     totals = {name: sum(by_duty.values()) / N for name, by_duty in counts.items()}
     over = counts["plugin"].copy()
@@ -205,6 +210,8 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.version_info < (3, 11):
+        raise SystemExit("own_work.py needs Python 3.11 or newer (code objects' co_qualname)")
     cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_argument("--workload", choices=("ok", "failing"), default="ok")
     cli.add_argument("--quick", action="store_true", help="a few batches: only shows it works")

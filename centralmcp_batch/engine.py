@@ -661,7 +661,7 @@ def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any],
     that fails (a cycle, a nesting too deep, broken Unicode), an error item. Broken Unicode in the
     item's own texts (a server name, an error) is replaced (see ``_encodable``): a failed item keeps
     its status and its error, an ok item its result."""
-    texts = {key: _encodable(value) for key, value in item.items() if key != "result" and type(value) is str}
+    texts = {key: _encodable(value) for key, value in item.items() if key != "result" and isinstance(value, str)}
     mended = {**item, **texts}
     try:
         if "result" not in item:
@@ -692,7 +692,8 @@ def item_size(item: dict[str, Any]) -> int:
 
 
 def _unencodable_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any], int]:
-    """An ok item whose result JSON cannot encode, as an error item, and its encoded size."""
+    """An item JSON cannot encode even mended (a result no JSON can hold, most often), as an error item,
+    and its encoded size."""
     keep = {key: item[key] for key in ("index", "id", "tool", "server")}
     failed = {**keep, "status": "error", "error": f"{type(exc).__name__}: the tool's result is not JSON-serializable"}
     return failed, budget.size(failed)

