@@ -523,7 +523,7 @@ def _encoding_problem(value: Any, wrapping: int = 0) -> str | None:
     try:
         text = budget.dumps(value)
         encoded_bytes = budget.text_size(text)  # a lone surrogate fails here: UnicodeEncodeError, a ValueError
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # TypeError, ValueError, RecursionError, or whatever a value's own methods raise
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:
         return f"arguments must be at most {MAX_ARGUMENT_BYTES} bytes as JSON"
@@ -669,7 +669,7 @@ def _as_json_item(item: dict[str, Any], exc: Exception) -> tuple[dict[str, Any],
         if not isinstance(exc, RecursionError):  # converting never makes a value shallower
             converted = {**mended, "result": budget.as_json(item["result"])}
             return converted, item_size(converted)
-    except (TypeError, ValueError, RecursionError) as failed:
+    except Exception as failed:  # as in _Run.finish: whatever the result's own methods raise
         exc = failed
     return _unencodable_item(mended, exc)
 
@@ -983,7 +983,8 @@ class _Run:
                 self.sizes[index] = ok_item_size(item, keys_size)
             else:
                 self.sizes[index] = failed_item_size(item, keys_size) if keys_size else item_size(item)
-        except (TypeError, ValueError, RecursionError) as exc:
+        except Exception as exc:  # TypeError, ValueError, RecursionError, or what a result's own methods raise
+            # (a container whose items() raise, an object whose __str__ does): that entry fails, not the batch
             item, self.sizes[index] = _as_json_item(item, exc)
         self.items[index] = item
         if self.hears_items:

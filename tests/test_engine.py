@@ -647,6 +647,54 @@ async def test_a_server_name_with_broken_unicode_is_mended_and_the_entry_kept(st
     json.dumps(response, ensure_ascii=False).encode()
 
 
+class StrRaises:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this")
+
+    __repr__ = __str__
+
+
+class ItemsRaise(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("no items")
+
+
+class IterRaises(list[Any]):
+    def __iter__(self) -> Any:
+        raise RuntimeError("no iteration")
+
+
+@pytest.mark.parametrize(
+    ("result", "answered"),
+    [
+        # Not JSON, and str() raises too: nothing to answer but the error.
+        (StrRaises(), {"status": "error", "error": "RuntimeError: the tool's result is not JSON-serializable"}),
+        # Containers whose own methods raise: written as the server SDK would (pydantic reads them itself).
+        (ItemsRaise(a=1), {"status": "ok", "result": {"a": 1}}),
+        (IterRaises([1, 2]), {"status": "ok", "result": [1, 2]}),
+        ({"deep": [IterRaises([3])]}, {"status": "ok", "result": {"deep": [[3]]}}),
+    ],
+    ids=["str-raises", "items-raise", "iter-raises", "nested"],
+)
+async def test_a_result_whose_own_methods_raise_fails_its_entry_not_the_batch(result: Any, answered: Any) -> None:
+    # Encoding such a result raised the methods' RuntimeError out of the batch, and every entry was lost.
+    async def odd(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+        return Outcome("ok", TOOL, result=result if call.name == "odd" else {"n": call.index})
+
+    response = await run([{"name": "odd"}, {"name": "plain"}], odd)
+    first, second = response["results"]
+    assert {key: first[key] for key in answered} == answered
+    assert second["status"] == "ok" and second["result"] == {"n": 1}
+    assert budget.size(response["results"]) > 0  # all of it plain JSON now
+
+
+async def test_arguments_whose_own_methods_raise_make_their_entry_invalid() -> None:
+    response = await run([{"name": "a", "arguments": {"x": ItemsRaise(a=1)}}, {"name": "b"}])
+    first, second = response["results"]
+    assert (first["status"], first["error"]) == ("invalid_call", "arguments must be JSON-serializable")
+    assert second["status"] == "ok"
+
+
 def looped() -> dict[str, Any]:
     value: dict[str, Any] = {}
     value["self"] = value
