@@ -52,7 +52,7 @@ class _Odd:
         return "<an odd object>"
 
 
-class _StrRaises:
+class StrRaises:
     """A value JSON has no form for, whose str() raises too."""
 
     def __str__(self) -> str:
@@ -61,11 +61,18 @@ class _StrRaises:
     __repr__ = __str__
 
 
-class _ItemsRaise(dict[str, Any]):
+class ItemsRaise(dict[str, Any]):
     """A mapping whose own items() raises: json's encoder asks for them, pydantic reads the dict itself."""
 
     def items(self) -> Any:
         raise RuntimeError("no items")
+
+
+class IterRaises(list[Any]):
+    """A list whose own __iter__ raises, as ItemsRaise's items() does."""
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("no iteration")
 
 
 class BackendExploded(RuntimeError):
@@ -84,13 +91,13 @@ BEHAVIOURS: dict[str, tuple[str, Callable[[], Any]]] = {
     "read_set": ("ok", lambda: {"values": {1, 2, 3}}),
     "read_nan": ("ok", lambda: {"ratio": math.nan}),
     "read_object": ("ok", lambda: _Odd()),
-    "read_items_raise": ("ok", lambda: _ItemsRaise(rows=[1, 2])),
+    "read_items_raise": ("ok", lambda: ItemsRaise(rows=[1, 2])),
     # Nothing can write these as JSON.
     "read_circular": ("error", _circular),
     "read_deep": ("error", lambda: _deep(5_000)),
     "read_surrogate": ("error", lambda: {"text": "broken \ud800 text"}),
     "read_bigint": ("error", lambda: {"count": 10**5_000}),  # past Python's int-to-text digit limit
-    "read_str_raises": ("error", lambda: {"x": _StrRaises()}),
+    "read_str_raises": ("error", lambda: {"x": StrRaises()}),
 }
 RAISING = {"read_raises": "error", "read_long_error": "error"}
 HANGING = "read_hangs"

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from hosts import ItemsRaise, IterRaises, StrRaises
 
 from centralmcp_batch import budget, engine, models
 from centralmcp_batch.engine import Guards, ValidCall
@@ -645,23 +646,6 @@ async def test_a_server_name_with_broken_unicode_is_mended_and_the_entry_kept(st
         assert item["server"] == "srv\ufffd" and item["status"] == status
         assert (item["result"] == {"n": index}) if status == "ok" else (item["error"] == "down")
     json.dumps(response, ensure_ascii=False).encode()
-
-
-class StrRaises:
-    def __str__(self) -> str:
-        raise RuntimeError("no text for this")
-
-    __repr__ = __str__
-
-
-class ItemsRaise(dict[str, Any]):
-    def items(self) -> Any:
-        raise RuntimeError("no items")
-
-
-class IterRaises(list[Any]):
-    def __iter__(self) -> Any:
-        raise RuntimeError("no iteration")
 
 
 @pytest.mark.parametrize(
