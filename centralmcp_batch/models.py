@@ -36,6 +36,10 @@ class ToolRef:
     concurrency: int | None = None
 
     def __post_init__(self) -> None:
+        if self.server is not None and not isinstance(self.server, str):  # it is written into the answer
+            raise TypeError(
+                f"ToolRef {self.name!r}: server must be a string or None; got a {type(self.server).__name__}"
+            )
         annotations = self.annotations
         if type(annotations) is dict:
             return

@@ -446,3 +446,25 @@ async def test_a_tool_ref_takes_mcps_tool_annotations_and_none() -> None:
     assert answer.structured["results"][1]["error"] == "Tool 'set_b' is not read-only."
     with pytest.raises(TypeError, match=r"ToolRef 'x': annotations must be MCP ToolAnnotations as a mapping"):
         ToolRef("x", "srv", ["readOnlyHint"])  # type: ignore[arg-type]
+
+
+class ServerOfAnotherType(SyncHost):
+    """A catalog whose tools name their server with bytes: the batch writes the server into its answer."""
+
+    @hookimpl
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
+        return ToolRef(name, b"srv" if name == "odd" else "srv", {"readOnlyHint": True})  # type: ignore[arg-type]
+
+
+async def test_a_tool_ref_whose_server_is_not_text_fails_its_entry_alone() -> None:
+    # Before, such a server made the item unencodable and the whole batch raised.
+    server = _compat.new_server("odd-server")
+    hosting.install(server, ServerOfAnotherType())
+    answer = await call(server, batch_tool.TOOL_NAME, {"calls": [{"name": "odd"}, {"name": "fine"}]})
+    assert answer.structured is not None
+    odd, fine = answer.structured["results"]
+    assert odd["status"] == "error" and odd["server"] is None
+    assert odd["error"] == "TypeError: ToolRef 'odd': server must be a string or None; got a bytes"
+    assert fine["status"] == "ok" and fine["server"] == "srv"
+    with pytest.raises(TypeError, match=r"ToolRef 'x': server must be a string or None; got a int"):
+        ToolRef("x", 7)  # type: ignore[arg-type]
