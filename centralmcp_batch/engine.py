@@ -446,7 +446,10 @@ def parse_entry(index: int, raw: Any, *, measure_arguments: bool = True) -> Entr
             )
         ):
             return ValidCall(index, call_id, name, arguments or {}, cursor)
-    return _parse_in_order(index, raw)
+    try:
+        return _parse_in_order(index, raw)
+    except Exception as exc:  # a mapping of an in-process caller's whose own methods raise: that entry is invalid
+        return InvalidCall(index, str(index), None, f"call at index {index} could not be read: {type(exc).__name__}")
 
 
 def _parse_in_order(index: int, raw: Any) -> Entry:

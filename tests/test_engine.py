@@ -672,6 +672,26 @@ async def test_a_result_whose_own_methods_raise_fails_its_entry_not_the_batch(re
     assert budget.size(response["results"]) > 0  # all of it plain JSON now
 
 
+class GetRaises(dict[str, Any]):
+    def get(self, *args: Any) -> Any:
+        raise RuntimeError("no get")
+
+
+async def test_an_entry_whose_own_methods_raise_is_invalid_alone() -> None:
+    # An in-process caller's mapping: reading it raised out of the batch.
+    response = await run([GetRaises(name="a"), {"name": "b"}])
+    first, second = response["results"]
+    assert first == {
+        "index": 0,
+        "id": "0",
+        "tool": None,
+        "server": None,
+        "status": "invalid_call",
+        "error": "call at index 0 could not be read: RuntimeError",
+    }
+    assert second["status"] == "ok"
+
+
 async def test_arguments_whose_own_methods_raise_make_their_entry_invalid() -> None:
     response = await run([{"name": "a", "arguments": {"x": ItemsRaise(a=1)}}, {"name": "b"}])
     first, second = response["results"]
