@@ -21,7 +21,6 @@ import collections
 import json
 import statistics
 import sys
-import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import centralmcp_baseline as baseline  # noqa: E402 - after the path is set
+
+from centralmcp_batch import bench  # noqa: E402
 
 N = 25
 HOST = "the router, its backend's SDK and the event loop"
@@ -89,13 +90,14 @@ FUNCTION_DUTIES = {"SharedRateGate": RATE_LIMIT, "annotation_hint": HOST}
 PLUGIN = "centralmcp_batch."
 
 
+# Each engine function's or class's duty, by its name.
+ENGINE_DUTY_OF = {name: duty for duty, names in ENGINE_DUTIES.items() for name in names.split()}
+
+
 def engine_duty(qualname: str) -> str:
+    """The duty of the engine's ``qualname``: its own, or its class's (``_Run.finish``, ``Guards.arm``)."""
     top = qualname.split(".<locals>")[0]
-    for duty, names in ENGINE_DUTIES.items():
-        named = names.split()
-        if top in named or top.split(".")[0] in named:
-            return duty
-    return UNASSIGNED
+    return ENGINE_DUTY_OF.get(top) or ENGINE_DUTY_OF.get(top.split(".")[0], UNASSIGNED)
 
 
 def duty_of(frame: types.FrameType) -> str:
@@ -108,8 +110,9 @@ def duty_of(frame: types.FrameType) -> str:
     module, top = module.removeprefix(PLUGIN), name.split(".<locals>")[0]
     if module == "engine":
         return engine_duty(top)
-    if top.split(".")[0] in FUNCTION_DUTIES:
-        return FUNCTION_DUTIES[top.split(".")[0]]
+    owner = top.split(".")[0]  # a function, or the class of a method
+    if owner in FUNCTION_DUTIES:
+        return FUNCTION_DUTIES[owner]
     for prefix, duty in MODULE_DUTIES.items():
         if module == prefix or module.startswith(prefix + "."):
             return duty
@@ -140,18 +143,6 @@ def traced(loop: asyncio.AbstractEventLoop, run: Callable[[], Any]) -> collectio
     return counts
 
 
-async def timed(variants: dict[str, Any], rounds: int, loops: int) -> dict[str, float]:
-    """Each variant's median µs an entry over ``rounds`` alternating rounds of ``loops`` batches."""
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, run in variants.items():
-            started = time.perf_counter()
-            for _ in range(loops):
-                await run()
-            samples[name].append((time.perf_counter() - started) / loops / N * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def measure(workload: str, warm_up: int, rounds: int, loops: int) -> dict[str, Any]:
     loop = asyncio.new_event_loop()  # run, never set as the thread's current loop: nothing is left behind
     try:
@@ -166,7 +157,8 @@ def measure(workload: str, warm_up: int, rounds: int, loops: int) -> dict[str, A
             for _ in range(warm_up):
                 loop.run_until_complete(run())
         counts = {name: traced(loop, run) for name, run in variants.items()}
-        micros = loop.run_until_complete(timed(variants, rounds, loops))
+        seconds = loop.run_until_complete(bench.rounds(variants, rounds, dict.fromkeys(variants, loops)))
+        micros = {name: statistics.median(runs) / N * 1e6 for name, runs in seconds.items()}
     finally:
         loop.close()
     totals = {name: sum(by_duty.values()) / N for name, by_duty in counts.items()}
