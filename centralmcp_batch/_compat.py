@@ -6,6 +6,7 @@ backends are called and client results are read through these functions.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -56,6 +57,7 @@ __all__ = [
     "Context",
     "Server",
     "SessionClosed",
+    "AnswerLost",
     "SessionUnknown",
     "StdioServerParameters",
     "ToolError",
@@ -460,6 +462,9 @@ def read_result(result: Any) -> Answer:
 MAX_TOOL_PAGES = 1_000
 # How long the notice that a request was abandoned may wait to be sent (SDK 1.x: see ``_call_tool``).
 CANCEL_NOTICE_SECONDS = 1.0
+# SDK 1.x over HTTP: how long after the task that read a call's answer stream ended the call may still
+# get the answer that task passed on last (a beat for the session's reader); then the call has lost it.
+ANSWER_GRACE_SECONDS = 0.5
 _T = TypeVar("_T")
 
 
@@ -533,18 +538,27 @@ class ClientHandle:
         request_id = getattr(self.session, "_request_id", None)  # 1.x: the id the next request gets
         if not SDK_2:
             self.calls_by_id[request_id] = record
+            record.unanswered = functools.partial(_awaits_response, self.session, request_id)
         try:
-            return await self.session.call_tool(name, arguments, read_timeout_seconds=wait, progress_callback=progress)
+            with anyio.CancelScope() as record.waiting:  # cancelled (SDK 1.x) once its answer cannot come
+                return await self.session.call_tool(
+                    name, arguments, read_timeout_seconds=wait, progress_callback=progress
+                )
+            await self._abandon(record, request_id)
+            raise AnswerLost("the answer's stream ended without the answer, and the HTTP client could not resume it")
         except anyio.get_cancelled_exc_class():
-            # Shielded from the call's own cancellation, but not for ever: a backend that stopped
-            # reading its input holds every message to it, this notice too.
-            with anyio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
-                if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
-                    await _send_cancelled(self.session, request_id)
-                await record.abandon()
+            await self._abandon(record, request_id)
             raise
         finally:
             self.calls_by_id.pop(request_id, None)
+
+    async def _abandon(self, record: _CallRecord, request_id: Any) -> None:
+        # Shielded from the call's own cancellation, but not for ever: a backend that stopped
+        # reading its input holds every message to it, this notice too.
+        with anyio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
+            if not SDK_2:  # 2.x tells the server when a request is abandoned; 1.x does not
+                await _send_cancelled(self.session, request_id)
+            await record.abandon()
 
     async def _unless_closed(self, request: Callable[[], Awaitable[_T]]) -> _T:
         """``request()``'s outcome, or ``SessionClosed`` as soon as the session closes under it.
@@ -592,6 +606,10 @@ class SessionClosed(ConnectionError):
     """A request was waiting on a session as the client closed it."""
 
 
+class AnswerLost(ConnectionError):
+    """SDK 1.x over HTTP: a tool call's answer can no longer come (see ``_CallRecord.watch_carrier``)."""
+
+
 class SessionUnknown(ConnectionError):
     """The server answered a tool call that it does not know the client's session: the call reached no tool.
 
@@ -635,6 +653,33 @@ class _CallRecord:
     refused: bool = False
     response: Any = None  # the HTTP response the answer comes on (the request's, or a resumed stream's), once it came
     abandoned: bool = False
+    waiting: anyio.CancelScope | None = None  # the caller's wait for the answer
+    unanswered: Callable[[], bool] | None = None  # SDK 1.x: whether the session still waits for the answer
+
+    def watch_carrier(self) -> None:
+        """SDK 1.x over HTTP: fail the call once the task that reads its answer has ended without it.
+
+        1.x reads a call's answer stream, and asks for the rest of one that broke, in a task of the
+        transport's own, where this runs (from the response hook). A stream that ends with no answer and
+        cannot be resumed (the backend was killed or restarted; its events had no ids; the tries to
+        resume ran out) ends that task and tells the call nothing, so the call waited out its whole time
+        limit (2.x answers it with an error at once). Once the task has ended, and the session has had
+        ANSWER_GRACE_SECONDS to hand on an answer the task passed it last, the call is answered
+        ``AnswerLost``. Only on asyncio, where the task can be watched; elsewhere the time limit still ends it.
+        """
+        try:
+            carrier = asyncio.current_task()
+        except RuntimeError:  # another event loop (trio)
+            return
+        if carrier is not None:
+            carrier.add_done_callback(self._carrier_ended)
+
+    def _carrier_ended(self, carrier: asyncio.Task[Any]) -> None:
+        carrier.get_loop().call_later(ANSWER_GRACE_SECONDS, self._give_up_unless_answered)
+
+    def _give_up_unless_answered(self) -> None:
+        if self.waiting is not None and self.unanswered is not None and self.unanswered():
+            self.waiting.cancel()
 
     async def abandon(self) -> None:
         """The caller gave up on the call: its response, if one came or comes, is closed."""
@@ -646,6 +691,12 @@ class _CallRecord:
         if SDK_2:
             return self.refused
         return self.listed and isinstance(exc, ErrorResponse) and _is_1x_404(exc.error)
+
+
+def _awaits_response(session: Any, request_id: Any) -> bool:
+    """SDK 1.x: whether ``session`` still holds a way in for request ``request_id``'s answer (it drops it
+    as the answer arrives, or as the request ends)."""
+    return request_id in getattr(session, "_response_streams", ())
 
 
 def _is_1x_404(error: Any) -> bool:
@@ -676,6 +727,7 @@ def _call_response_hook(calls_by_id: Mapping[Any, _CallRecord]) -> Callable[[Any
             record = _posted_call(request, calls_by_id)
             if record is not None and not SDK_2:
                 _CALL.set(record)
+                record.watch_carrier()
             if record is not None and response.status_code == 404 and MCP_SESSION_ID_HEADER in request.headers:
                 record.refused = True
         if record is None:

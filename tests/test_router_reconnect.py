@@ -618,6 +618,69 @@ async def test_a_call_waiting_on_a_session_the_router_closes_fails_at_once(http_
     assert waited < 10, f"{waited:.1f}s: the call waited on the closed session"
 
 
+async def test_a_call_on_an_http_backend_killed_as_it_runs_fails_at_once_and_the_backend_serves_again(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, on SDK 1.x, the call waited out its whole time limit (30 s here; 60 by default): the answer's
+    # stream broke with the process, and the SDK's client let the call go without a word. 2.x failed it at once.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "30")
+    await http_sessions.start()
+    router = Router({"up": HttpBackend(http_sessions.url)})
+
+    async def kill_once_running() -> None:
+        while "pause" not in http_sessions.tool_runs():
+            await anyio.sleep(0.02)
+        http_sessions.stop()
+
+    async with router.connected():
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(kill_once_running)
+            [item] = await paused_batch(router)
+        waited = time.perf_counter() - started
+        assert item["status"] == "error" and item["error"].startswith("backend 'up' went away"), item
+        assert waited < 15, f"{waited:.1f}s: the call waited for an answer that could not come"
+        await http_sessions.start()  # the same port: the router opens a session with the new process
+        with anyio.fail_after(60):
+            while [item["status"] for item in await whoami_batch(router, "after")] != ["ok"]:
+                await anyio.sleep(0.2)
+
+
+async def test_a_call_whose_answer_stream_cannot_be_resumed_fails_at_once_and_the_session_serves_on(
+    http_sessions: HttpSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The backend closes the answer's stream and refuses each request to resume it (HTTP 404), as an instance
+    # behind a load balancer that does not hold the session would. Both SDK lines try twice, 1 s apart; before,
+    # on SDK 1.x, the call then waited out its whole time limit.
+    monkeypatch.setenv(settings.CALL_TIMEOUT, "30")
+    await http_sessions.start(SESSIONS_EVENT_STORE="1", SESSIONS_REFUSE_RESUMES="1")
+    router = Router({"up": HttpBackend(http_sessions.url)})
+    async with router.connected():
+        started = time.perf_counter()
+        with anyio.fail_after(60):
+            answer = await call(
+                router.server,
+                "invoke_read_tool_batch",
+                {"calls": [{"name": "hang_resumed"}, {"name": "whoami", "arguments": {"tag": "beside"}}]},
+            )
+        waited = time.perf_counter() - started
+        lost, beside = answer.structured["results"]
+        after = await whoami_batch(router, "after")
+    assert lost["status"] == "error" and "stream ended" in lost["error"], lost  # SDK 2.x's words, or the router's
+    assert waited < 15, f"{waited:.1f}s: the call waited for an answer that could not come"
+    assert [beside["status"], *(item["status"] for item in after)] == ["ok", "ok"], (beside, after)
+    assert http_sessions.methods().count("resume") >= 1 and http_sessions.methods().count("initialize") == 1
+
+
+async def paused_batch(router: Router) -> list[dict[str, Any]]:
+    with anyio.fail_after(60):
+        answer = await call(
+            router.server, "invoke_read_tool_batch", {"calls": [{"name": "pause", "arguments": {"seconds": 60}}]}
+        )
+    results: list[dict[str, Any]] = answer.structured["results"]
+    return results
+
+
 async def test_a_late_verdict_on_a_replaced_session_leaves_the_new_session_open(http_sessions: HttpSessions) -> None:
     # A call that failed on a session after the router had replaced it probes that old session, which
     # answers nothing: before, that verdict broke whichever session was open by then.

@@ -342,10 +342,13 @@ async def _probe(client: _compat.ClientHandle, seconds: float) -> bool | None:
 
 
 def _failed_call(exc: Exception) -> _compat.Answer:
-    """A call the backend answered with a JSON-RPC error, or that the client refused, as an error answer."""
+    """A call the backend answered with a JSON-RPC error, whose answer was lost, or that the client refused, as an
+    error answer."""
     message = _compat.error_response_text(exc)
     if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
         return _compat.Answer(is_error=True, text=message)
+    if isinstance(exc, _compat.AnswerLost):  # SDK 1.x's; 2.x answers such a call with an error of its own
+        return _compat.Answer(is_error=True, text=str(exc))
     # e.g. structured content that breaks the tool's output schema; the detail after the
     # colon quotes the answer, so only the head is kept
     head = str(exc).split(":", 1)[0] if isinstance(exc, RuntimeError) else ""

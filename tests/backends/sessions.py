@@ -14,7 +14,8 @@ an event store, on the stream the client resumes); ``hang_resumed`` closes it, t
 is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel even while its tool
 is stuck; 2.x ends the answer's stream only once the tool has ended). ``SESSIONS_EVENT_STORE=1`` keeps every
 stream's events in memory (``EventLog``), so the SSE events of an answer carry ids and a client whose answer's
-stream broke can ask for the rest (``Last-Event-ID``).
+stream broke can ask for the rest (``Last-Event-ID``). ``SESSIONS_REFUSE_RESUMES=1`` answers each such request
+HTTP 404, as an instance behind a load balancer that does not hold the session would.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def observed(app: Any) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             if scope["type"] == "http" and b"last-event-id" in dict(scope["headers"]):
                 _append("SESSIONS_SEEN", "resume")  # a client asking for the rest of a stream that broke
+                if os.environ.get("SESSIONS_REFUSE_RESUMES"):
+                    await _answer(send, 404, UNKNOWN_SESSION)
+                    return
             await app(scope, receive, send)
             return
         body, receive = await _read(receive)
