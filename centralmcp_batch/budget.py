@@ -8,9 +8,9 @@ item it changed, so the cost is linear in the number of items and in their size.
 2. error texts, last first, are cut to 80 characters with ``error_truncated: true``;
    (in both, only where the marked item is smaller than the item as it was)
 3. the skeleton: every item becomes ``{index, id, status}`` with ``skeleton: true``; while
-   still over, ok skeleton items and then failed ones are left out, last first (``omitted``
-   counts them); as a last step ``failed_ids`` is cut from the end (``failed_ids_truncated``).
-   ``counts`` and ``failed_indexes`` are always whole.
+   still over, ok skeleton items are left out, last first (``omitted`` counts them), then
+   ``failed_ids`` is cut from the end (``failed_ids_truncated``), and as a last step failed
+   skeleton items are left out, last first. ``counts`` and ``failed_indexes`` are always whole.
 """
 
 from __future__ import annotations
@@ -216,14 +216,16 @@ def _skeleton(sized: _Sized, budget: int) -> None:
     for index, item in enumerate(sized.items):
         sized.replace(index, {"index": item["index"], "id": item["id"], "status": item["status"]})
     sized.set_field("skeleton", True)
-    for wanted in ("ok", None):
-        _omit_last_first(sized, budget, wanted)
+    _omit_last_first(sized, budget, "ok")
+    # Then failed_ids, before a failed entry's own item: an id is the caller's own, found again by its index in
+    # failed_indexes (always whole), where a failed entry's status is in its item alone.
     failed_ids = sized.response["failed_ids"]
     if sized.total > budget and failed_ids:
         sized.set_field("failed_ids_truncated", True)
     while sized.total > budget and failed_ids:
         failed_ids.pop()
         sized.set_field("failed_ids", failed_ids)
+    _omit_last_first(sized, budget, None)
 
 
 def _omit_last_first(sized: _Sized, budget: int, status: Any) -> None:

@@ -25,7 +25,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from . import budget
-from .errors import sole_cause
+from .errors import sole_cause, text_of
 from .models import (
     FAILED_STATUSES,
     MAX_ARGUMENT_BYTES,
@@ -382,7 +382,7 @@ def describe(exc: BaseException) -> str:
     name = type(exc).__name__
     if isinstance(exc, asyncio.CancelledError):  # described only once must_propagate said it was not real
         return f"{name}: raised by the call itself; no time limit passed and the client did not cancel"
-    text = str(exc)
+    text = text_of(exc)
     return f"{name}: {text}" if text else name
 
 

@@ -7,7 +7,8 @@ Exception
       ├── PluginError       an installed plugin cannot be loaded or cannot add its tools
       └── ToolNameTaken     a tool name the server already publishes
 
-and ``sole_cause``, which finds what went wrong inside the exception groups anyio wraps it in.
+and ``sole_cause``, which finds what went wrong inside the exception groups anyio wraps it in, and
+``text_of``, which reads a foreign exception's or error's text without letting its ``__str__`` raise.
 """
 
 from __future__ import annotations
@@ -48,3 +49,15 @@ def sole_cause(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def text_of(value: object) -> str:
+    """``str(value)``; when the value's own ``__str__`` raises (or answers no string), a note that says so.
+
+    A host's or backend's exception, or the error it answers, is told in its entry's error, and reading its
+    text must not raise in turn: the entry would be told by the wrong exception, or the batch would fail.
+    """
+    try:
+        return str(value)
+    except Exception as failure:  # noqa: BLE001 - any failure of a foreign __str__ is told the same way
+        return f"<its text could not be read: str() raised {type(failure).__name__}>"

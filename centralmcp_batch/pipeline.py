@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from .engine import Guards, ValidCall, call_timed_out, describe, must_propagate
-from .errors import InvalidCursor
+from .errors import InvalidCursor, text_of
 from .host import HookCalls, await_me_maybe, is_awaitable, token_failed
 from .models import CallContext, Outcome, ToolRef
 
@@ -65,7 +65,7 @@ async def read_one(
             try:
                 resume = await await_me_maybe(hooks.resume_cursor(tool, arguments, cursor))
             except InvalidCursor as exc:
-                return Outcome("invalid_cursor", tool, error=str(exc) or "invalid cursor")
+                return Outcome("invalid_cursor", tool, error=text_of(exc) or "invalid cursor")
         cap = guards.server_cap(tool)
         if cap is None:
             result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
@@ -117,9 +117,9 @@ def classify(tool: ToolRef, result: Any) -> Outcome:
     if isinstance(result, dict):
         status = result.get("status")
         if status in KEPT_STATUSES:
-            return Outcome(status, tool, error=str(result.get("error") or status))
+            return Outcome(status, tool, error=text_of(result.get("error") or status))
         if "error" in result:
-            return Outcome("error", tool, error=str(result["error"]))
+            return Outcome("error", tool, error=text_of(result["error"]))
     return Outcome("ok", tool, result)  # by position, as the entry's CallContext (see batch_reader)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 _REPORTED: set[tuple[str, str]] = set()
 
 
+# What int() takes as a whole number: a sign, then digits in groups an underscore may join.
+_WHOLE_NUMBER = re.compile(r"[+-]?\d+(?:_\d+)*")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its default and the inclusive range it accepts."""
@@ -39,21 +44,33 @@ class Setting:
     def read(self, environ: Mapping[str, str]) -> float:
         raw = environ.get(self.env, "").strip()
         try:
-            value = int(raw) if self.integer else float(raw)
+            value = self.number(raw)
         except ValueError:
             return self.default_for(raw)
         clamped = self.clamp(value)
         if clamped is None:
             return self.default_for(raw)
         if clamped != value:
-            report_once(self.env, raw, f"{self.env}={raw!r} is out of range; using {clamped:g}, the nearest bound")
+            report_once(self.env, raw, f"{self.env}={shown(raw)} is out of range; using {clamped:g}, the nearest bound")
         return clamped
+
+    def number(self, raw: str) -> float:
+        """``raw`` as this setting's kind of number; raises ValueError for anything else."""
+        if not self.integer:
+            return float(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            # int() refuses a whole number of more than 4,300 digits (CPython's guard); it is beyond every bound
+            if _WHOLE_NUMBER.fullmatch(raw):
+                return -math.inf if raw.startswith("-") else math.inf
+            raise
 
     def default_for(self, raw: str) -> float:
         """The default, in place of ``raw``, which is no number this setting can hold (told once unless unset)."""
         if raw:
             kind = "a whole number" if self.integer else "a finite number"
-            report_once(self.env, raw, f"{self.env}={raw!r} is not {kind}; using the default, {self.default:g}")
+            report_once(self.env, raw, f"{self.env}={shown(raw)} is not {kind}; using the default, {self.default:g}")
         return self.default
 
     def clamp(self, value: float) -> float | None:
@@ -64,6 +81,11 @@ class Setting:
         if self.maximum is not None:
             value = min(self.maximum, value)
         return value if math.isfinite(value) else None
+
+
+def shown(raw: str, most: int = 40) -> str:
+    """``raw`` as a log line shows it: quoted, and cut, with its length, when it is longer than ``most``."""
+    return repr(raw) if len(raw) <= most else f"{raw[:most]!r}... ({len(raw)} characters)"
 
 
 def report_once(env: str, raw: str, message: str) -> None:

@@ -77,6 +77,20 @@ def test_failed_entries_outlive_ok_ones_in_the_skeleton() -> None:
     assert statuses.count("error") == 5 and fitted["omitted"] >= 1
 
 
+def test_failed_ids_are_cut_before_a_failed_entrys_own_skeleton_item() -> None:
+    # DESIGN: a failed entry never loses its index, id and status while the skeleton fits. Before, the skeleton
+    # left out failed items (their status with them) and kept failed_ids whole: here 6 of the 10 items stayed,
+    # where all 10 fit once failed_ids is cut (its ids are the caller's own, found again by failed_indexes).
+    items = [item(i, "unknown_tool", error="Unknown tool", call_id=f"{i:02d}" + "x" * 28) for i in range(10)]
+    fitted = budget.fit(response(*items), 1024)
+    assert budget.size(fitted) <= 1024 and fitted["skeleton"] is True
+    assert [(it["index"], it["id"], it["status"]) for it in fitted["results"]] == [
+        (i, f"{i:02d}" + "x" * 28, "unknown_tool") for i in range(10)
+    ]
+    assert "omitted" not in fitted and fitted["failed_ids_truncated"] is True
+    assert fitted["failed_indexes"] == list(range(10))
+
+
 def test_the_last_resort_still_fits_with_the_longest_ids() -> None:
     items = [item(i, "error", error="E" * 500, call_id=f"{i:03d}" + "i" * 97) for i in range(25)]
     fitted = budget.fit(response(*items), 1024)

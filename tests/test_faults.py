@@ -21,7 +21,7 @@ import hosts
 import pytest
 from hosts import HostileHost
 
-from centralmcp_batch import HostContractError, _compat, batch_tool, hosting
+from centralmcp_batch import HostContractError, InvalidCursor, _compat, batch_tool, hosting
 from centralmcp_batch.engine import MAX_RESULT_DEPTH
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
@@ -176,17 +176,62 @@ class Unprintable(Exception):
         raise RuntimeError("this exception cannot be printed")
 
 
-class UnprintableBackend(HostileHost):
+class Opaque(Exception):
+    """An exception whose own text raises one of its kind: reading it inside an ``except Exception`` raises again."""
+
+    def __str__(self) -> str:
+        raise Opaque()
+
+
+class UnprintableTexts(HostileHost):
+    """A backend that raises, answers an error, or refuses a cursor, each with a text whose ``str()`` raises."""
+
+    @hookimpl
+    def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Any, cursor: str) -> Any:
+        raise InvalidCursor(hosts.StrRaises())
+
     @hookimpl
     async def centralmcp_dispatch_read(
         self, tool: ToolRef, arguments: Any, resume: Any, max_bytes: int, context: Any
     ) -> Any:
-        raise Unprintable()
+        if arguments.get("raise") == "unprintable":
+            raise Unprintable()
+        if arguments.get("raise") == "opaque":
+            raise Opaque()
+        if arguments.get("answer") == "error":
+            return {"error": hosts.StrRaises()}
+        return {"fine": True}
 
 
-async def test_an_exception_that_cannot_be_printed_is_still_an_error_item() -> None:
-    response = await batch(serve(UnprintableBackend()), [{"name": "read_ok"}])
-    assert statuses(response) == ["error"] and response["results"][0]["error"].startswith("RuntimeError")
+NO_TEXT = "<its text could not be read: str() raised"
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+async def test_a_text_that_cannot_be_read_fails_only_its_entry_and_names_what_was_raised(
+    monkeypatch: pytest.MonkeyPatch, concurrency: str
+) -> None:
+    # Before, reading such a text inside the pipeline's own handler raised again: an exception whose text
+    # raises another kind was told by that other kind, without its server; one whose text raises its own
+    # kind failed the whole batch, and on SDK 1.x at a concurrency of 1 a stdio router process exited.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CONCURRENCY", concurrency)
+    calls = [
+        {"name": "read_ok", "arguments": {"raise": "unprintable"}},
+        {"name": "read_ok", "arguments": {"raise": "opaque"}},
+        {"name": "read_ok", "arguments": {"answer": "error"}},
+        {"name": "read_ok", "cursor": "any"},
+        {"name": "read_ok"},
+    ]
+    results = (await batch(serve(UnprintableTexts()), calls))["results"]
+    assert [(item["status"], item.get("error", "")[:40]) for item in results] == [
+        ("error", f"Unprintable: {NO_TEXT}"[:40]),
+        ("error", f"Opaque: {NO_TEXT}"[:40]),
+        ("error", NO_TEXT[:40]),
+        ("invalid_cursor", NO_TEXT[:40]),
+        ("ok", ""),
+    ], results
+    assert results[0]["error"] == f"Unprintable: {NO_TEXT} RuntimeError>"
+    assert results[1]["error"] == f"Opaque: {NO_TEXT} Opaque>"
+    assert {item["server"] for item in results} == {hosts.HostileHost().catalog["read_ok"].server}
 
 
 NOT_CANCELLED = "no time limit passed and the client did not cancel"

@@ -471,8 +471,8 @@ def check_skeleton(expected: Sequence[Expected], response: Mapping[str, Any]) ->
     for item in results:
         assert list(item) == ["index", "id", "status"] and item["id"] == expected[item["index"]].id
         assert (item["index"] in failing) is (item["status"] in FAILED)
-    if failing - set(indexes):  # a failed entry is left out only once every ok one is
-        assert all(item["status"] != "ok" for item in results)
+    if failing - set(indexes):  # a failed entry is left out only once every ok one is, and all of failed_ids
+        assert all(item["status"] != "ok" for item in results) and response["failed_ids"] == []
 
 
 # -- the properties -------------------------------------------------------------------

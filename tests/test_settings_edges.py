@@ -40,6 +40,12 @@ KEY_AS_ENVIRON = os.fsdecode(RAW_KEY)
         (settings.CALL_TIMEOUT, "", "call_timeout", 60.0),
         (settings.BATCH_TIMEOUT, "0", "batch_timeout", 0.001),
         (settings.BATCH_TIMEOUT, " 2.5 ", "batch_timeout", 2.5),
+        # Whole numbers of more than 4,300 digits, which int() refuses: they clamped nowhere, meaning the default
+        (settings.CONCURRENCY, "9" * 5000, "concurrency", 25),
+        (settings.CONCURRENCY, "-" + "9" * 5000, "concurrency", 1),
+        (settings.RESPONSE_MAX_BYTES, "-" + "9_999" * 1500, "response_max_bytes", 1024),
+        (settings.RESPONSE_MAX_BYTES, "9" * 5000, "response_max_bytes", 300_000),  # no bound above: the default
+        (settings.CONCURRENCY, "9" * 5000 + ".0", "concurrency", 4),
     ],
 )
 def test_batch_settings_clamp_and_only_a_non_number_means_the_default(
@@ -55,6 +61,14 @@ def test_a_clamped_value_is_logged_once_however_often_it_is_read(caplog: pytest.
             BatchSettings.from_env(environ)
     records = [record.getMessage() for record in caplog.records if settings.CALL_TIMEOUT in record.getMessage()]
     assert records == [f"{settings.CALL_TIMEOUT}='0.00042' is out of range; using 0.001, the nearest bound"]
+
+
+def test_a_value_too_long_to_tell_is_cut_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="centralmcp_batch.settings"):
+        BatchSettings.from_env({settings.CONCURRENCY: "7" * 5000})
+    [told] = [record.getMessage() for record in caplog.records if settings.CONCURRENCY in record.getMessage()]
+    cut = f"'{'7' * 40}'... (5000 characters)"
+    assert told == f"{settings.CONCURRENCY}={cut} is out of range; using 25, the nearest bound"
 
 
 def test_a_value_that_means_the_default_is_logged_once_and_an_empty_one_never(

@@ -25,7 +25,7 @@ import pydantic
 
 from .. import _compat, budget, hosting, models, settings, validation
 from ..batch_tool import TOOL_NAME
-from ..errors import HostContractError, InvalidCursor
+from ..errors import HostContractError, InvalidCursor, text_of
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
 from ..ratelimit import RateLimiter, limiter_from_env
@@ -92,7 +92,7 @@ class CentralMCPHooks:
             )
             return offset
         except self.router.CursorError as exc:
-            raise InvalidCursor(str(exc)) from None
+            raise InvalidCursor(text_of(exc)) from None
 
     @hookimpl
     async def centralmcp_dispatch_read(
@@ -183,7 +183,7 @@ def _error_text(exc: Exception, find_backend_tool: Callable[[], Any]) -> str:
     value may be a secret the tokenizer put back). The tool is found only for such a message."""
     invalid = _validation_error(exc)
     if invalid is None:
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {text_of(exc)}"
     details = invalid.errors(include_url=False, include_input=False, include_context=False)
     fields = validation.field_names(getattr(find_backend_tool(), "parameters", None) or {})
     return f"{type(exc).__name__}: invalid arguments: {validation.details_text(details, fields)}"
