@@ -462,8 +462,8 @@ def read_result(result: Any) -> Answer:
 MAX_TOOL_PAGES = 1_000
 # How long the notice that a request was abandoned may wait to be sent (SDK 1.x: see ``_call_tool``).
 CANCEL_NOTICE_SECONDS = 1.0
-# SDK 1.x over HTTP: how long after the task that read a call's answer stream ended the call may still
-# get the answer that task passed on last (a beat for the session's reader); then the call has lost it.
+# SDK 1.x over HTTP: how long after the task that read a call's answer stream ended the call is checked for an
+# answer (the session has taken any answer that task passed on by then: see _awaits_response).
 ANSWER_GRACE_SECONDS = 0.5
 _T = TypeVar("_T")
 
@@ -545,12 +545,16 @@ class ClientHandle:
                     name, arguments, read_timeout_seconds=wait, progress_callback=progress
                 )
             await self._abandon(record, request_id)
-            raise AnswerLost("the answer's stream ended without the answer, and the HTTP client could not resume it")
+            raise AnswerLost(
+                "the MCP client gave up on the call's HTTP response without an answer (its stream ended, or could "
+                "not be read or resumed)"
+            )
         except anyio.get_cancelled_exc_class():
             await self._abandon(record, request_id)
             raise
         finally:
             self.calls_by_id.pop(request_id, None)
+            record.waiting = record.unanswered = None  # a late check finds nothing to cancel
 
     async def _abandon(self, record: _CallRecord, request_id: Any) -> None:
         # Shielded from the call's own cancellation, but not for ever: a backend that stopped
@@ -654,7 +658,8 @@ class _CallRecord:
     response: Any = None  # the HTTP response the answer comes on (the request's, or a resumed stream's), once it came
     abandoned: bool = False
     waiting: anyio.CancelScope | None = None  # the caller's wait for the answer
-    unanswered: Callable[[], bool] | None = None  # SDK 1.x: whether the session still waits for the answer
+    # SDK 1.x: whether the session still waits for the answer (None: it cannot tell yet; see _awaits_response)
+    unanswered: Callable[[], bool | None] | None = None
 
     def watch_carrier(self) -> None:
         """SDK 1.x over HTTP: fail the call once the task that reads its answer has ended without it.
@@ -663,9 +668,10 @@ class _CallRecord:
         transport's own, where this runs (from the response hook). A stream that ends with no answer and
         cannot be resumed (the backend was killed or restarted; its events had no ids; the tries to
         resume ran out) ends that task and tells the call nothing, so the call waited out its whole time
-        limit (2.x answers it with an error at once). Once the task has ended, and the session has had
-        ANSWER_GRACE_SECONDS to hand on an answer the task passed it last, the call is answered
-        ``AnswerLost``. Only on asyncio, where the task can be watched; elsewhere the time limit still ends it.
+        limit (2.x answers it with an error at once). So do an answer that cannot be read, and one that comes
+        on any other stream, which the protocol does not allow (2.x refuses those too). Once the task has
+        ended, ANSWER_GRACE_SECONDS later, a call the session still waits for is answered ``AnswerLost``.
+        Only on asyncio, where the task can be watched; elsewhere the time limit still ends it.
         """
         try:
             carrier = asyncio.current_task()
@@ -678,7 +684,12 @@ class _CallRecord:
         carrier.get_loop().call_later(ANSWER_GRACE_SECONDS, self._give_up_unless_answered)
 
     def _give_up_unless_answered(self) -> None:
-        if self.waiting is not None and self.unanswered is not None and self.unanswered():
+        if self.waiting is None or self.unanswered is None:
+            return  # the call has ended
+        unanswered = self.unanswered()
+        if unanswered is None:  # messages wait for the session's reader, this answer maybe: look again later
+            asyncio.get_running_loop().call_later(ANSWER_GRACE_SECONDS, self._give_up_unless_answered)
+        elif unanswered:
             self.waiting.cancel()
 
     async def abandon(self) -> None:
@@ -693,10 +704,21 @@ class _CallRecord:
         return self.listed and isinstance(exc, ErrorResponse) and _is_1x_404(exc.error)
 
 
-def _awaits_response(session: Any, request_id: Any) -> bool:
-    """SDK 1.x: whether ``session`` still holds a way in for request ``request_id``'s answer (it drops it
-    as the answer arrives, or as the request ends)."""
-    return request_id in getattr(session, "_response_streams", ())
+def _awaits_response(session: Any, request_id: Any) -> bool | None:
+    """SDK 1.x: whether ``session`` still waits for request ``request_id``'s answer: it holds a way in for the
+    answer until the answer arrives or the request ends. None while messages wait in the session's read
+    stream, where the answer may be (1.28 to 1.30 hand a message over unbuffered, so none ever waits there
+    once the transport's task has ended; a buffer in a later release would)."""
+    if request_id not in getattr(session, "_response_streams", ()):
+        return False
+    stream = getattr(session, "_read_stream", None)
+    try:
+        queued = stream.statistics() if stream is not None else None
+    except Exception:  # noqa: BLE001 - a stream without statistics tells nothing: the request still waits
+        queued = None
+    if queued is not None and (queued.current_buffer_used or queued.tasks_waiting_send):
+        return None
+    return True
 
 
 def _is_1x_404(error: Any) -> bool:

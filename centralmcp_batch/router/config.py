@@ -139,11 +139,25 @@ def backend_from(name: str, table: Mapping[str, Any]) -> Any:
     """The backend a checked table describes."""
     if "module" in table:
         module_name, _, attribute = table["module"].partition(":")
-        found = getattr(importlib.import_module(module_name), attribute or "mcp")
+        found = getattr(_imported(name, module_name), attribute or "mcp")
         return found() if callable(found) and not hasattr(found, "add_tool") else found
     if "command" in table:
         return StdioBackend(table["command"], tuple(table.get("args", ())), dict(table.get("env", {})) or None)
     return HttpBackend(table["url"])
+
+
+def _imported(backend: str, module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the backend's own module was found; something it imports was not
+        raise ModuleNotFoundError(
+            f"backend {backend!r}: no module named {exc.name!r}. A module backend must be importable by the router's "
+            "Python: install it, or put its folder on PYTHONPATH (the centralmcp-batch command does not look in the "
+            "working directory or beside the config file)",
+            name=exc.name,
+        ) from None
 
 
 def options_from(table: Mapping[str, Any]) -> BackendOptions:

@@ -15,6 +15,7 @@ import anyio
 from ... import _compat
 from ...errors import sole_cause
 from ...router.serve import watch_signals
+from ...settings import ROUTER_MODE, router_mode
 from .. import CommandFailed
 from .render import ProgressLine, summary, table
 from .script import DemoCall, batch_problems, demo_calls, same_data
@@ -91,7 +92,7 @@ async def run_demo(say: Say) -> list[str]:
         say(f"It publishes {len(tools)} tools: {', '.join(tools)}")
         missing = ROUTER_TOOLS - set(tools)
         if missing:
-            return [f"the router does not publish {sorted(missing)}"]
+            return [f"the router does not publish {sorted(missing)}{_minimal_mode_hint()}"]
         await _show_find_tool(client, say)
         calls = demo_calls()
         response, batch_seconds = await _run_batch(client, calls, say)
@@ -104,6 +105,12 @@ async def run_demo(say: Say) -> list[str]:
     say(f"{f'Same reads, {len(reads)} round trips:':34}{sequential_seconds:6.2f} s")
     say(f"{'Ratio sequential / batch:':34}{ratio:6.1f}x")
     return problems + mismatches
+
+
+def _minimal_mode_hint() -> str:
+    if router_mode() != "minimal":
+        return ""
+    return f" ({ROUTER_MODE}=minimal is set: in that mode the plugin registers no batch tool; unset it)"
 
 
 async def _show_find_tool(client: _compat.ClientHandle, say: Say) -> None:
