@@ -9,6 +9,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,42 @@ def test_demo_fails_clearly_when_the_router_cannot_start(
 
 
 # -- serve ----------------------------------------------------------------------------
+
+
+def test_demo_names_minimal_mode_when_it_hides_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before, the demo said only that the router did not publish the batch tool, and nothing was logged.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
+    assert "CENTRALMCP_ROUTER_MODE=minimal is set" in demo_client._minimal_mode_hint()
+    monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "default")
+    assert demo_client._minimal_mode_hint() == ""
+
+
+@pytest.mark.anyio
+async def test_the_single_reads_wait_for_the_buckets_refill_after_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The batch drew a token a read; at 0 ms a read the single reads waited on the refill, and the ratio
+    # read 18x where the round trips made 1.7x.
+    said: list[str] = []
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "20")
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_BURST", "4")
+    started = time.perf_counter()
+    await demo_client._let_the_bucket_refill(said.append)
+    assert time.perf_counter() - started >= 0.2 and "waiting 0.2 s for the rate limiter's bucket" in said[-1]
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000000")
+    said.clear()
+    await demo_client._let_the_bucket_refill(said.append)
+    assert said == []  # a bucket that refills at once is not waited for
+
+
+def test_serve_over_http_on_a_port_in_use_fails_in_one_line() -> None:
+    # Before: uvicorn's error after a line saying the router was serving, then a traceback of 40 lines.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        finished = run_cli("serve", "--demo", "--transport", "http", "--port", str(port))
+    assert finished.returncode == 1
+    assert finished.stderr.startswith(f"centralmcp-batch: error: cannot listen on 127.0.0.1:{port}: ")
+    assert "Traceback" not in finished.stderr and len(finished.stderr.splitlines()) == 1, finished.stderr
 
 
 def serve_demo_stdio() -> _compat.StdioServerParameters:

@@ -123,6 +123,14 @@ async def test_a_valid_untrusted_table_reads_only_its_allow_list(
     assert router.catalog.find("get_ticket").concurrency == 2  # type: ignore[union-attr]
 
 
+def test_a_module_backend_that_cannot_be_imported_says_how_to_make_it_importable(tmp_path: Path) -> None:
+    path = write(tmp_path, '[backends.inv]\nmodule = "inventory_server_not_installed"\n')
+    with pytest.raises(ModuleNotFoundError) as refused:
+        load_router(path)
+    text = str(refused.value)
+    assert text.startswith("backend 'inv': no module named 'inventory_server_not_installed'") and "PYTHONPATH" in text
+
+
 def test_serve_refuses_a_bad_file_with_its_one_error(tmp_path: Path) -> None:
     path = write(tmp_path, "[backends.t]\n" + TICKETS + 'trust_annotations = "false"\n')
     finished = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -245,11 +246,19 @@ async def test_the_call_timeout_over_mcp(centralmcp_server: Any, monkeypatch: py
     assert second["status"] == "ok"
 
 
-def test_minimal_mode_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_minimal_mode_registers_nothing_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_MODE", "minimal")
     server = _compat.new_server("minimal")
-    hosting.install(server, sample_host())
+    with caplog.at_level(logging.INFO, logger="centralmcp_batch.plugin"):
+        hosting.install(server, sample_host())
     assert not _compat.has_tool(server, "invoke_read_tool_batch")
+    # Before, nothing said why a router (the reference router's serve and demo too) had no batch tool.
+    assert any(
+        "CENTRALMCP_ROUTER_MODE=minimal: invoke_read_tool_batch is not registered" in record.getMessage()
+        for record in caplog.records
+    ), caplog.records
 
 
 def test_a_server_that_already_has_the_tool_is_refused() -> None:

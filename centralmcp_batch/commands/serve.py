@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -24,6 +25,20 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
         log.debug("the router did not start", exc_info=True)  # the traceback, for --log-level debug only
         raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {exc}") from exc
     if transport == "http":
+        check_listenable(host, port)
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
     serve(router, transport=transport, host=host, port=port, access=access)
     return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) stopped the server once the backends had stopped
+
+
+def check_listenable(host: str, port: int) -> None:
+    """Fail at once, in one line, when ``host:port`` cannot be listened on (a port in use, an address not
+    this machine's): uvicorn would log the error, then exit with a traceback after the backends started.
+    Bound as uvicorn binds it, and closed again; a port taken in between still fails in uvicorn's way."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
