@@ -237,8 +237,10 @@ def test_serve_over_http_on_a_port_in_use_fails_in_one_line() -> None:
         port = taken.getsockname()[1]
         finished = run_cli("serve", "--demo", "--transport", "http", "--port", str(port))
     assert finished.returncode == 1
-    assert finished.stderr.startswith(f"centralmcp-batch: error: cannot listen on 127.0.0.1:{port}: ")
-    assert "Traceback" not in finished.stderr and len(finished.stderr.splitlines()) == 1, finished.stderr
+    # the command's own lines: a dependency may warn on stderr as it is imported (pydantic-settings, lowest versions)
+    told = [line for line in finished.stderr.splitlines() if line.startswith("centralmcp-batch")]
+    assert len(told) == 1 and told[0].startswith(f"centralmcp-batch: error: cannot listen on 127.0.0.1:{port}: ")
+    assert "Traceback" not in finished.stderr and "serving" not in finished.stderr, finished.stderr
 
 
 def serve_demo_stdio() -> _compat.StdioServerParameters:
