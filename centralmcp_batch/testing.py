@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from . import _compat, budget, hosting
-from .engine import MIN_SHARE
 from .errors import InvalidCursor
 from .hookspecs import hookimpl
 from .host import await_me_maybe
+from .items import MIN_SHARE
 from .models import CallContext, ToolRef
 
 # A conftest that names this module as a plugin (``pytest_plugins``, ``-p``), as 0.1.0's entry point did,
@@ -33,6 +33,7 @@ from .pytest_plugin import centralmcp_call, centralmcp_host, centralmcp_server  
 from .router.bounding import Bounds, bound
 from .router.core import CURSOR_TTL, MAX_ITEMS
 from .router.cursors import CursorSigner
+from .settings import SHARE_READS
 
 READ = {"readOnlyHint": True}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
@@ -211,8 +212,11 @@ class HostConformance:
         return self.write_tool
 
     @pytest.fixture
-    def conformance(self, host_plugins: list[object]) -> tuple[Any, _Spy]:
+    def conformance(self, host_plugins: list[object], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _Spy]:
         self._names_are_set()
+        # The checks count one token and one dispatch per read, and read the same tool with the same
+        # arguments several times: shared, those reads would be one call.
+        monkeypatch.setenv(SHARE_READS, "0")
         spy = _Spy()
         server = _compat.new_server("centralmcp-conformance")
         hosting.install(server, *host_plugins, spy)
