@@ -412,10 +412,10 @@ def test_on_sdk_1_a_404_proves_the_call_never_ran_only_for_a_tool_the_session_li
     refused = McpError(ErrorData(code=32600, message="Session terminated"))
     # 1.x lists the tools after a call when its session has not listed this one, to check the result:
     # a 404 to that list comes after the tool ran.
-    assert _compat._CallRecord(listed=True).proves_session_unknown(refused)
-    assert not _compat._CallRecord(listed=False).proves_session_unknown(refused)
+    assert _compat.client._CallRecord(listed=True).proves_session_unknown(refused)
+    assert not _compat.client._CallRecord(listed=False).proves_session_unknown(refused)
     other = McpError(ErrorData(code=-32600, message="Session terminated"))  # a server's own words
-    assert not _compat._CallRecord(listed=True).proves_session_unknown(other)
+    assert not _compat.client._CallRecord(listed=True).proves_session_unknown(other)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts descriptors in /proc")
