@@ -222,4 +222,3 @@ def duplicate_id(entries: Sequence[Entry]) -> str | None:
             return entry.id
         seen.add(entry.id)
     return None
-

@@ -191,5 +191,3 @@ def assemble(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "failed_indexes": [item["index"] for item in failed],
         "truncated": False,
     }
-
-

@@ -182,7 +182,6 @@ class BatchResponse(BaseModel):
     rate: RateReport
 
 
-
 @dataclass(slots=True)
 class Outcome:
     """What one read came to, before it becomes a batch item or a single-call answer."""

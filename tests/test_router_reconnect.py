@@ -29,7 +29,8 @@ from centralmcp_batch.router import HttpBackend, Router, StdioBackend, backends
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# Its batches send the same call several times to load a backend's session: each one its own call.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("each_entry_its_own_call")]
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
 BACKENDS_LOG = "centralmcp_batch.router.backends"

@@ -197,4 +197,3 @@ class RateLimiter:
 
     async def close(self) -> None:
         await self.store.close()
-

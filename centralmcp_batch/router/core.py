@@ -15,7 +15,7 @@ from ..entries import is_utf8
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
-from ..models import ToolRef
+from ..models import MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
@@ -241,7 +241,8 @@ class Router:
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
-        return {"error": outcome.error, "tool": name, "status": outcome.status}
+        shown = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
+        return {"error": outcome.error, "tool": shown, "status": outcome.status}
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
