@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -253,15 +253,11 @@ class _Batch:
         try:
             async with anyio.create_task_group() as workers:
                 for _ in range(min(self.settings.concurrency, len(calls))):
-                    workers.start_soon(self.work_through, pending)
+                    workers.start_soon(_work_through, self.run_call, pending)
         finally:
             unreached = [position for position, call in enumerate(calls) if not call.started]
             if unreached:
                 await _give_back(self.give_back_to, unreached)
-
-    async def work_through(self, pending: Iterator[BackendCall]) -> None:
-        for call in pending:
-            await self.run_call(call)
 
     async def run_call(self, call: BackendCall) -> None:
         tool = call.ready.tool
@@ -322,10 +318,10 @@ class _Batch:
                 else:
                     error = f"TimeoutError: not dispatched: the {self.limit} of {seconds:g}s passed first"
                 self.record_outcome(entry, Outcome("error", tools.get(index), error=error))
-        with anyio.CancelScope(deadline=anyio.current_time() + REPORT_GRACE):
-            for index in range(len(self.entries)):
-                if index not in self.told_indexes:
-                    await self.tell(index, 0.0)
+        report_by = anyio.current_time() + REPORT_GRACE
+        for index in range(len(self.entries)):
+            if index not in self.told_indexes:
+                await self.tell(index, 0.0, report_by=report_by)
 
     # -- items and what is told -----------------------------------------------------------
 
@@ -361,14 +357,16 @@ class _Batch:
             if item is not None and index not in self.told_indexes:
                 await self.tell(index, 0.0)
 
-    async def tell(self, index: int, seconds: float, waited: float = 0.0) -> None:
+    async def tell(self, index: int, seconds: float, waited: float = 0.0, report_by: float = math.inf) -> None:
+        """Tell the observer of the entry's item, and the client of its progress by ``report_by`` at the latest."""
         item = self.items[index]
         assert item is not None
         self.told_indexes.add(index)
         await _told(self.observer.item_completed(item, seconds))
-        async with self.progress_lock:  # notifications go out in the order of their counts
-            self.told += 1
-            await self.observer.progress(self.told, len(self.entries), _progress_message(item, waited))
+        with anyio.CancelScope(deadline=report_by):
+            async with self.progress_lock:  # notifications go out in the order of their counts
+                self.told += 1
+                await self.observer.progress(self.told, len(self.entries), _progress_message(item, waited))
 
     def server_cap(self, tool: ToolRef) -> AbstractAsyncContextManager[Any]:
         """The semaphore capping this batch's calls to ``tool``'s server, when its catalog gives one."""
@@ -406,6 +404,27 @@ class _Batch:
 # The rate report is sized before the batch runs: its numbers are reserved at their widest.
 MAX_REPORTED_SECONDS = 999_999.999
 RATE_PLACEHOLDER = {"tokens": 25, "waited_seconds": MAX_REPORTED_SECONDS, "next_free_seconds": MAX_REPORTED_SECONDS}
+
+
+async def _work_through(run_call: Callable[[BackendCall], Awaitable[None]], pending: Iterator[BackendCall]) -> None:
+    """A worker: run calls from ``pending`` until none is left."""
+    call = None
+    try:
+        for call in pending:
+            await run_call(call)
+    except anyio.get_cancelled_exc_class() as exc:
+        # anyio's task group keeps the exception that ends a task in a reference cycle: the frames it came
+        # through would hold the batch, its entries and their results until the cycle collector runs.
+        _drop_frames_below(exc)
+        del run_call, pending, call
+        raise
+
+
+def _drop_frames_below(exc: BaseException) -> None:
+    """Drop from the traceback of ``exc``, just caught, the frames below the one that caught it (for a
+    cancellation only: nobody reads where it found the batch, where an error's traceback is how it is debugged)."""
+    if exc.__traceback__ is not None:
+        exc.__traceback__.tb_next = None
 
 
 async def _give_back(give_back: Any, positions: list[int]) -> None:
@@ -458,9 +477,11 @@ async def run_batch(
     batch = _Batch(entries, host, settings, observer, self_names)
     try:
         await batch.run()
-    except anyio.get_cancelled_exc_class():  # the client, or the router shutting down: no answer will go out
+    except anyio.get_cancelled_exc_class() as exc:  # the client, or the router shutting down: no answer goes out
         with anyio.move_on_after(REPORT_GRACE, shield=True):
             await _told(observer.batch_cancelled(time.perf_counter() - started))
+        _drop_frames_below(exc)  # as in _work_through: the caller's task group may keep it in a cycle
+        del calls, host, settings, observer, entries, batch
         raise
     response = batch.response()
     await _told(observer.batch_completed(response, time.perf_counter() - started))
