@@ -63,9 +63,9 @@ class BackendCall:
 
     ready: Ready
     indexes: list[int]
-    wait: float = 0.0  # seconds from the booking until its slot
-    starts_by: float = math.inf  # seconds from the booking by which it must start, or book again
-    started: bool = False  # its slot came and a worker took it: its token is spent
+    wait: float = 0.0  # seconds from the booking until its slot: how long it waited for the rate
+    starts_by: float = math.inf  # seconds from the booking by which it must start on that slot
+    holds_slot: bool = False  # booked with the batch, and neither started nor given back yet
     dispatched: bool = False  # sent to the backend
 
 
@@ -181,6 +181,7 @@ class _Batch:
         self.booked_at = 0.0  # anyio.current_time() of the latest booking
         self.next_free: float | None = None  # seconds from booked_at until the rate's next free slot
         self.waited = 0.0
+        self.books = False  # the host's limiters book the rate (a booking, not a token per call)
         self.give_back_to: Any = None  # the booking's give_back: its slots not reached go back to the rate
         self.told_indexes: set[int] = set()
 
@@ -236,10 +237,10 @@ class _Batch:
         self.booked_at = anyio.current_time()
         if booking is None:  # the host's limiters book one call at a time, as each is dispatched
             return calls
-        self.next_free = booking.next_free
+        self.books, self.next_free = True, booking.next_free
         starts_by = booking.starts_by or [math.inf] * len(booking.waits)
         for call, wait, latest in zip(calls, booking.waits, starts_by, strict=False):  # the booked are a prefix
-            call.wait, call.starts_by = wait, latest
+            call.wait, call.starts_by, call.holds_slot = wait, latest, True
         admitted = len(booking.waits)
         for call in calls[admitted:]:
             error = rate_too_late(booking.next_free, self.limit, self.settings.batch_timeout)
@@ -255,9 +256,7 @@ class _Batch:
                 for _ in range(min(self.settings.concurrency, len(calls))):
                     workers.start_soon(_work_through, self.run_call, pending)
         finally:
-            unreached = [position for position, call in enumerate(calls) if not call.started]
-            if unreached:
-                await _give_back(self.give_back_to, unreached)
+            await self.give_back_unused(calls)
 
     async def run_call(self, call: BackendCall) -> None:
         tool = call.ready.tool
@@ -279,16 +278,21 @@ class _Batch:
 
     async def wait_for_slot(self, call: BackendCall) -> bool:
         """Sleep until the call's slot; False when it was answered instead (the rate cannot start it in time)."""
-        if call.wait > 0:
-            await anyio.sleep_until(self.booked_at + call.wait)
-        call.started = True  # its slot has come: the token is this call's, used or not
-        if anyio.current_time() <= self.booked_at + call.starts_by:
+        if not self.books:
             return True
-        return await self.book_again(call)
+        if call.holds_slot:
+            await anyio.sleep_until(self.booked_at + call.wait)
+            if anyio.current_time() <= self.booked_at + call.starts_by:
+                call.holds_slot = False  # its token is spent on this call
+                return True
+            # The workers fell behind the booking (the backends are slower than the rate): started this late,
+            # a call would crowd whoever booked after it. The slots not yet used go back at once, so they delay
+            # nobody, this batch's own calls included, and each call left books its slot as it is reached.
+            await self.give_back_unused(self.calls)
+        return await self.book_on_reaching(call)
 
-    async def book_again(self, call: BackendCall) -> bool:
-        """A call its worker reached past its ``starts_by`` (the workers were busy) books a slot of its own:
-        started that late on its first slot, it would crowd whoever booked after it."""
+    async def book_on_reaching(self, call: BackendCall) -> bool:
+        """Book one slot for ``call`` and sleep until it; False when the rate cannot start it in time."""
         tool = call.ready.tool
         booking = await self.host.reserve([tool], anyio.current_effective_deadline() - anyio.current_time())
         if booking is None:
@@ -304,6 +308,14 @@ class _Batch:
             raise
         call.wait += booking.waits[0]
         return True
+
+    async def give_back_unused(self, calls: list[BackendCall]) -> None:
+        """Give back the batch booking's slots that no call has used; ``calls`` are the booking's, in its order."""
+        unused = [position for position, call in enumerate(calls) if call.holds_slot]
+        for position in unused:
+            calls[position].holds_slot = False
+        if unused:
+            await _give_back(self.give_back_to, unused)
 
     async def answer_the_rest(self) -> None:
         """Answer each entry the time limit left unanswered; tell what is untold within REPORT_GRACE."""

@@ -1302,14 +1302,14 @@ async def test_a_batch_past_its_time_limit_gives_back_the_slots_it_did_not_reach
     assert bookings.given_back == [[1, 2]] and response["rate"]["tokens"] == 1
 
 
-async def test_a_call_its_worker_reaches_past_its_slots_deadline_books_again() -> None:
-    # One worker, calls of 0.1 s, all slots at once but each good for 0.05 s only: every call after the
-    # first is reached too late for its first slot, and books one of its own.
+async def test_once_the_workers_fall_behind_the_booking_the_rest_is_given_back_and_booked_as_reached() -> None:
+    # One worker, calls of 0.1 s, every slot at once but each good for 0.05 s only: the second call is
+    # reached too late for its slot, so the slots not used go back, and each call left books its own.
     bookings = Bookings(lambda position: 0.0, starts_by=0.05)
     host = ReaderHost(timed_reader([], seconds=0.1), bookings)
     response = await engine.run_batch([{"name": f"t{i}"} for i in range(3)], host, settings(concurrency=1))
     assert response["ok"] is True and [count for count, _ in host.reserved] == [3, 1, 1]
-    assert response["rate"]["tokens"] == 3 and bookings.given_back == []
+    assert response["rate"]["tokens"] == 3 and bookings.given_back == [[1, 2]]
 
 
 async def test_progress_says_when_calls_wait_for_the_account_s_rate() -> None:

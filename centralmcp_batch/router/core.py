@@ -241,8 +241,8 @@ class Router:
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
-        shown = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
-        return {"error": outcome.error, "tool": shown, "status": outcome.status}
+        echoed = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
+        return {"error": outcome.error, "tool": echoed, "status": outcome.status}
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
