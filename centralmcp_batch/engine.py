@@ -33,7 +33,7 @@ import anyio.lowlevel
 
 from . import budget
 from .entries import Entry, InvalidCall, ValidCall, parse_entry, validate
-from .errors import describe, must_propagate
+from .errors import failed_alone
 from .items import assemble, entry_share, make_item, ok_keys_sizes, sized_item
 from .models import Outcome, RateBooking, ToolRef
 from .settings import BatchSettings
@@ -454,13 +454,8 @@ async def _contained(dispatching: Awaitable[Outcome], tool: ToolRef) -> Outcome:
     """The dispatch's outcome; whatever it raises fails this call alone, but a cancellation of this task."""
     try:
         return await dispatching
-    except Exception as exc:
-        return Outcome("error", tool, error=describe(exc))
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
-        if must_propagate(exc):
-            raise
-        log.error("reading %r raised %s; only that call fails", tool.name, type(exc).__name__, exc_info=exc)
-        return Outcome("error", tool, error=describe(exc))
+    except BaseException as exc:
+        return Outcome("error", tool, error=failed_alone(exc, f"reading {tool.name!r}"))
 
 
 def _progress_message(item: dict[str, Any], waited: float) -> str:

@@ -14,6 +14,7 @@ and ``sole_cause``, which finds what went wrong inside the exception groups anyi
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 from typing import cast
@@ -22,6 +23,8 @@ import anyio
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
+
+log = logging.getLogger(__name__)
 
 
 class InvalidCursor(Exception):
@@ -116,3 +119,20 @@ def describe(exc: BaseException) -> str:
         return f"{name}: raised by the call itself; no time limit passed and the client did not cancel"
     text = text_of(exc)
     return f"{name}: {text}" if text else name
+
+
+def failed_alone(exc: BaseException, doing: str) -> str:
+    """``describe(exc)``, for an exception caught while ``doing`` something for one entry, which fails that
+    entry alone; a real cancellation of this task is raised again instead (see ``must_propagate``).
+
+    Caught in the task that raised it: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of
+    the event loop from the task they escape, so catching them any further out would be too late.
+    """
+    if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
+        if must_propagate(exc):
+            try:
+                raise exc
+            finally:  # this frame stays in the cancellation's traceback: it must not hold the exception
+                del exc
+        log.error("%s raised %s; only that entry fails", doing, type(exc).__name__, exc_info=exc)
+    return describe(exc)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .engine import Ready
 from .entries import ValidCall
-from .errors import InvalidCursor, describe, must_propagate, text_of
+from .errors import InvalidCursor, failed_alone, text_of
 from .host import HookCalls, await_me_maybe, token_failed
 from .models import CallContext, Outcome, RateBooking, ToolRef
 
@@ -56,13 +56,8 @@ class HostPipeline:
                 except InvalidCursor as exc:
                     return Outcome("invalid_cursor", tool, error=text_of(exc) or "invalid cursor")
             return Ready(call, tool, resume)
-        except Exception as exc:
-            return Outcome("error", tool, error=describe(exc))
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
-            if must_propagate(exc):
-                raise
-            log.error("resolving %r raised %s; only that entry fails", call.name, type(exc).__name__, exc_info=exc)
-            return Outcome("error", tool, error=describe(exc))
+        except BaseException as exc:
+            return Outcome("error", tool, error=failed_alone(exc, f"resolving {call.name!r}"))
 
     async def reserve(self, tools: Sequence[ToolRef], within: float) -> RateBooking | None:
         """One booking for these calls from every limiter that books at once; None when none does."""
