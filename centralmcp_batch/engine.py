@@ -282,6 +282,7 @@ class _Batch:
             return True
         if call.holds_slot:
             await anyio.sleep_until(self.booked_at + call.wait)
+        if call.holds_slot:  # (another worker may have given it back meanwhile, below)
             if anyio.current_time() <= self.booked_at + call.starts_by:
                 call.holds_slot = False  # its token is spent on this call
                 return True

@@ -1346,3 +1346,22 @@ async def test_a_single_read_goes_through_the_same_stages_under_its_own_time_lim
         "not dispatched: the account's rate would let this call start in 5.0 s at the soonest, "
         "after the call time limit of 1s"
     )
+
+
+async def test_a_slot_given_back_while_its_call_waits_for_it_is_booked_again_not_used() -> None:
+    # Two workers. The first runs call 0 for 0.1 s, then reaches call 2 past its slot's deadline and gives
+    # back the slots not used: call 2's and call 1's, which the second worker is still sleeping towards. When
+    # it wakes, call 1 books a slot of its own: it must not start on the one given back.
+    slots = {0: 0.0, 1: 0.15, 2: 0.05}
+    bookings = Bookings(lambda position: slots.get(position, 0.0), starts_by=0.01)
+
+    async def first_is_long(call: ValidCall, max_bytes: int) -> Outcome:
+        await anyio.sleep(0.1 if call.index == 0 else 0)
+        return Outcome("ok", TOOL, result=call.index)
+
+    host = ReaderHost(first_is_long, bookings)
+    response = await engine.run_batch([{"name": f"t{i}"} for i in range(3)], host, settings(concurrency=2))
+    assert response["ok"] is True and response["rate"]["tokens"] == 3
+    assert [count for count, _ in host.reserved] == [3, 1, 1] and bookings.given_back == [[1, 2]]
+    # one token a call: three booked at first, two given back, two booked as their calls were reached
+    assert bookings.booked - sum(len(positions) for positions in bookings.given_back) == 3
