@@ -74,7 +74,7 @@ MODULE_DUTIES = {
     "models": READ,
     "errors": READ,
     "host": FACADE,
-    "adapters.centralmcp": ADAPTER,
+    "adapters": ADAPTER,  # the CentralMCP glue and the Context its backends are handed
     "_compat": ADAPTER,
     "validation": ADAPTER,  # a backend's invalid-arguments error, retold without its values
     "worker_threads": ADAPTER,  # a sync backend tool's call in a worker thread

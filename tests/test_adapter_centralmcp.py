@@ -294,15 +294,6 @@ async def test_a_backend_failure_is_that_entrys_error_in_the_routers_shape(adopt
     assert tokens.count == 2  # the failing call reached its backend, so it drew its token
 
 
-async def test_backends_are_handed_the_batch_calls_context(adopted: ModuleType) -> None:
-    events = {"name": "get_device_events", "arguments": {"serial": "AP1"}}
-    async with _compat.connect(adopted.mcp) as client:
-        first = (await client.call_tool("invoke_read_tool_batch", {"calls": [events, events]})).payload
-        second = (await client.call_tool("invoke_read_tool_batch", {"calls": [events]})).payload
-    ids = [item["result"]["request_id"] for item in first["results"] + second["results"]]
-    assert ids[0] == ids[1] != ids[2] and "None" not in ids
-
-
 async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(
     adopted: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

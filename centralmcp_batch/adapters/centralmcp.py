@@ -29,6 +29,7 @@ from ..errors import HostContractError, InvalidCursor, text_of
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
 from ..ratelimit import RateLimiter, limiter_from_env
+from .backend_context import entry_context
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,13 @@ class CentralMCPHooks:
                 "status": "unknown_tool",
             }
         args = self.router._strip_null_arguments(arguments)  # a new dict: what the backend is given
-        try:  # the router's Context goes through, as invoke_read_tool forwards it
-            result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
+        # invoke_read_tool forwards its own Context; an entry's backend gets one of its own, made from the
+        # batch's, so that nothing it sends goes out as the batch's (see backend_context).
+        request = (
+            entry_context(context.request, context.index or 0, tool.name, args) if context.in_batch else context.request
+        )
+        try:
+            result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=request)
         except Exception as e:
             return {"error": _error_text(e, functools.partial(self._backend_tool, tool.name))}
         limit = self._entry_limit(max_bytes, context)

@@ -26,10 +26,14 @@ def get_device(serial: str) -> dict[str, Any]:
 
 
 @mcp.tool(annotations=READ_ONLY)
-def get_device_events(serial: str, ctx: Context) -> dict[str, Any]:
-    # Backends that elicit or report progress need the router's Context; this one shows whose it got.
+async def get_device_events(serial: str, ctx: Context, pages: int = 5) -> dict[str, Any]:
+    # A long read that reports its own progress and logs, as a backend that pages through its upstream
+    # does; it answers the request id it was handed.
     calls.append(("get_device_events", {"serial": serial}))
-    return {"serial": serial, "request_id": str(ctx.request_id)}
+    for page in range(1, pages + 1):
+        await ctx.report_progress(page, pages, f"events page {page} of {pages}")
+    await ctx.info(f"read {pages} pages of events for {serial}")
+    return {"serial": serial, "request_id": ctx.request_id, "pages": pages}
 
 
 @mcp.tool(annotations=READ_ONLY)
