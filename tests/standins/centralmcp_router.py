@@ -4,12 +4,12 @@ Small but faithful to what CentralMCP's public docs and code state: the module-l
 server, ``_BACKENDS`` and ``_load_all_backends()`` filling ``_tool_index``/``_tool_servers``/
 ``_tool_backend_names`` from each backend's tool manager, the readOnlyHint gate and its refusal,
 HMAC continuation cursors with ``CursorError``, ``_bound_router_response``, the dispatch rate
-gate (``set_dispatch_rate_gate``), and a built-in batch outside minimal mode (typed entries,
-an item and a status per call, the batch's byte budget). Written here; none of CentralMCP's code
-is copied.
+gate (``set_dispatch_rate_gate``) and the per-process bucket its start-up puts there, a built-in
+batch (typed entries, an item and a status per call, the batch's byte budget) and a convenience
+wrapper outside minimal mode, and direct mode's backend tools published under their own names.
+Written here; none of CentralMCP's code is copied.
 """
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from standins.centralmcp_middleware import RateLimitMiddleware
 from standins.centralmcp_shared import DESTRUCTIVE, DIAGNOSTIC, MAX_LIST_LIMIT, READ_ONLY, bound_collection_response
 
 from centralmcp_batch import _compat
@@ -274,31 +275,11 @@ async def _await_dispatch_rate_gate() -> None:
         log.warning("dispatch rate gate failed; proceeding", exc_info=True)
 
 
-class RouterRateBucket:
-    """The router's own per-process token bucket, whose ``acquire`` its start-up installs as the
-    dispatch rate gate (8 calls a second there, with a burst of ``max(2, rate)``)."""
-
-    def __init__(self, rate: float = 8.0) -> None:
-        self.rate, self.burst = rate, max(2.0, float(int(rate)))
-        self._tokens, self._refilled = self.burst, time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        while True:
-            async with self._lock:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.rate)
-                self._refilled = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                short = (1.0 - self._tokens) / self.rate
-            await asyncio.sleep(short)
-
-
-def install_router_rate_gate(rate: float = 8.0) -> RouterRateBucket:
-    """What the router's ``__main__`` block does for its rate limit: one bucket, drawn per backend call."""
-    bucket = RouterRateBucket(rate)
+def install_router_rate_gate(rate: float = 8.0) -> RateLimitMiddleware:
+    """What the router's ``__main__`` block does for its rate limit: one per-process bucket, drawn per
+    backend call at the gate and, once in the middleware chain, per inbound call of any tool that does
+    not draw there (its dispatching tools and wrappers are exempt)."""
+    bucket = RateLimitMiddleware(rate, _DISPATCHING_TOOLS | frozenset(_WRAPPERS))
     set_dispatch_rate_gate(bucket.acquire)
     return bucket
 
@@ -375,6 +356,12 @@ async def _dispatch_read_tool(
     return await _dispatch_tool(
         ctx, name, arguments, resume_offset=resume_offset, enable_cursor=True, max_items=max_items, max_bytes=max_bytes
     )
+
+
+# The router's tools that dispatch to a backend, and its convenience wrappers (below): they draw one token
+# per backend call at the dispatch rate gate, so its rate middleware leaves them alone.
+_DISPATCHING_TOOLS = frozenset({"invoke_tool", "invoke_read_tool", "invoke_read_tool_batch"})
+_WRAPPERS: set[str] = set()
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -467,8 +454,34 @@ if _ROUTER_MODE != "minimal":
         return {"ok": not failed, "results": results, **summary, "truncated": truncated}
 
 
-def install_router_middlewares() -> list[Any]:
-    """What the router's ``__main__`` block does before serving: its middleware chain, in its order."""
+if _ROUTER_MODE != "minimal":
+    # A convenience wrapper named as the backend tool it calls: the router keeps its own under that name.
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def list_sites(ctx: Context) -> Any:
+        """List sites."""
+        return await _dispatch_tool(ctx, "list_sites")
+
+    _WRAPPERS.add("list_sites")
+
+
+def _register_direct_backend_tools() -> list[str]:
+    """Direct mode: every backend tool published on the router under its own name, as the backend's own
+    tool object (not a copy), never in place of a router tool of that name."""
+    _load_all_backends()
+    published = [name for name in _tool_index if not _compat.has_tool(mcp, name)]
+    for name in published:
+        _compat.put_tool(mcp, name, _tool_index[name])
+    return published
+
+
+if _ROUTER_MODE == "direct":
+    _register_direct_backend_tools()
+
+
+def install_router_middlewares(rate_limit: Any = None) -> list[Any]:
+    """What the router's ``__main__`` block does before serving: its middleware chain, in its order, with
+    its rate bucket (``install_router_rate_gate``'s) second when given."""
     from standins.centralmcp_middleware import (
         AuditLogMiddleware,
         NullStripMiddleware,
@@ -478,5 +491,7 @@ def install_router_middlewares() -> list[Any]:
     )
 
     chain = [NullStripMiddleware(), ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
+    if rate_limit is not None:
+        chain.insert(1, rate_limit)
     install_middleware(mcp, chain)
     return chain

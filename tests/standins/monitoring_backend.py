@@ -1,6 +1,7 @@
 """Stand-in backend ``aruba-monitoring``: read tools (a long list, one that takes the caller's
 Context, one whose upstream fails) and a diagnostic."""
 
+import time
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -34,6 +35,13 @@ async def get_device_events(serial: str, ctx: Context, pages: int = 5) -> dict[s
         await ctx.report_progress(page, pages, f"events page {page} of {pages}")
     await ctx.info(f"read {pages} pages of events for {serial}")
     return {"serial": serial, "request_id": ctx.request_id, "pages": pages}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_device_clock(serial: str) -> dict[str, Any]:
+    # The wall clock as the backend is called: the tests count the calls that reach it in each second.
+    calls.append(("get_device_clock", {"serial": serial}))
+    return {"serial": serial, "at": time.time()}
 
 
 @mcp.tool(annotations=READ_ONLY)
