@@ -16,7 +16,7 @@ responses). So each entry's backend gets a Context of its own, made from the bat
   read's rides that read's, so that the client can answer it;
 - it holds none of the batch request's own state: not its SSE stream controls, and on SDK 2.x not
   its call parameters (it has the entry's own) nor its input responses (it starts at round one, as
-  the SDK's own nested calls do);
+  the SDK's own nested calls do, ``Context._nested_invocation``);
 - the rest is the batch's connection: the client's info and capabilities, the lifespan context,
   the transport's request (its HTTP headers).
 
@@ -27,6 +27,7 @@ assumed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -61,25 +62,34 @@ def entry_context(ctx: Any, index: int, tool: str, arguments: Mapping[str, Any])
     except (AttributeError, ValueError):  # None, or a Context made outside a request: no request to keep apart
         return ctx
     own_id = f"{request.request_id}/{index}"
-    session = EntrySession(request.session, own_id, request.request_id, tool)
-    entry = _fresh(ctx)
-    entry._request_context = dataclasses.replace(request, **_own_fields(request, own_id, session, tool, arguments))
+    own = copy.copy(request)  # a dataclass: a shallow copy, then the entry's own fields (cheaper than replace)
+    for name, value in _own_fields(request, own_id, tool, arguments).items():
+        setattr(own, name, value)
+    entry = ctx.model_copy()
+    entry._request_context = own
+    if "_input_params" in type(ctx).__private_attributes__:  # SDK 2.x: answers to the batch's own questions
+        entry._input_params = None
     return entry
 
 
-def _fresh(ctx: Any) -> Any:
-    """A copy of ``ctx`` for another call inside its request: SDK 2.x's own (which leaves the request's
-    input responses behind), else a plain copy."""
-    nested = getattr(ctx, "_nested_invocation", None)
-    return nested() if callable(nested) else ctx.model_copy()
-
-
-def _own_fields(request: Any, own_id: str, session: Any, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    own: dict[str, Any] = {"request_id": own_id, "meta": without_progress_token(request.meta), "session": session}
-    own.update({name: None for name in STREAM_CONTROLS if hasattr(request, name)})
-    if hasattr(request, "params"):  # SDK 2.x: the call's parameters, which for the batch hold every entry
+def _own_fields(request: Any, own_id: str, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    own: dict[str, Any] = {"request_id": own_id, "meta": without_progress_token(request.meta)}
+    own["session"] = EntrySession(request.session, own_id, request.request_id, tool)
+    fields = _field_names(type(request))
+    own.update({name: None for name in STREAM_CONTROLS if name in fields})
+    if "params" in fields:  # SDK 2.x: the call's parameters, which for the batch hold every entry
         own["params"] = {"name": tool, "arguments": dict(arguments)}
     return own
+
+
+_FIELDS: dict[type, frozenset[str]] = {}  # each request-context class's fields, read once
+
+
+def _field_names(request_type: type) -> frozenset[str]:
+    names = _FIELDS.get(request_type)
+    if names is None:
+        names = _FIELDS[request_type] = frozenset(field.name for field in dataclasses.fields(request_type))
+    return names
 
 
 def without_progress_token(meta: Any) -> Any:
