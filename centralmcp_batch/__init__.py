@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from .errors import HostContractError, InvalidCursor, ManifestError, PluginError
-from .models import CallContext, ToolRef
+from .models import CallContext, RateBooking, ToolRef
 
 try:
     __version__ = version("centralmcp-batch")
@@ -16,6 +16,7 @@ __all__ = [
     "InvalidCursor",
     "ManifestError",
     "PluginError",
+    "RateBooking",
     "ToolRef",
     "__version__",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 from . import _compat, budget, engine, models, pipeline
@@ -28,10 +27,13 @@ Every entry goes through the same read-only gate, rate limiter and response boun
 invoke_read_tool. Entries run with bounded concurrency and results come back in call order,
 one per entry: index, id, tool, server, status (ok, invalid_call, unknown_tool, blocked,
 invalid_cursor, error), then result or error. One entry failing never fails the others.
-Write and destructive tools are blocked: use invoke_tool for those.
+Write and destructive tools are blocked: use invoke_tool for those. Identical entries (same
+name, arguments and cursor) share one backend call (shared_calls lists them); an entry the
+account's rate cannot start before the batch's time limit is answered at once.
 
-The response carries ok (true only if every entry succeeded), counts, failed_ids and
-failed_indexes. It fits a byte budget: when over, ok results are dropped last first
+The response carries ok (true only if every entry succeeded), counts, failed_ids,
+failed_indexes and rate (tokens drawn, seconds waited for the account's rate, seconds until
+its next free token). It fits a byte budget: when over, ok results are dropped last first
 (result_truncated), then error texts shortened, then only index, id and status are kept;
 truncated says so. A malformed batch (not a list, empty, over {models.MAX_CALLS} entries,
 duplicate ids) is answered {{"ok": false, "error"}} with nothing run."""
@@ -41,21 +43,12 @@ class _ToolObserver:
     """Engine events to the host's observer hooks and the client's progress notifications."""
 
     def __init__(self, hooks: HookCalls, ctx: Any | None) -> None:
-        self.ctx = ctx
-        self._hooks = hooks
-        # The hooks' own methods: an entry's event is one call less on its way.
         self.batch_started = hooks.batch_started
         self.item_completed = hooks.batch_item_completed
         self.batch_completed = hooks.batch_completed
         self.batch_cancelled = hooks.batch_cancelled
-        # Nobody to tell (called in process, or a request with no progress token): the engine
-        # then skips the progress lock and call on every entry.
-        self.reports_progress = _asks_for_progress(ctx)
-
-    @property
-    def hears_items(self) -> bool:
-        # Read as the batch's entries start, after batch_started: observers that answered False are gone by then.
-        return self._hooks.hears_items
+        # Nobody to tell: called in process, or a request with no progress token.
+        self.ctx = ctx if ctx is not None and _compat.progress_may_be_heard(ctx) else None
 
     async def progress(self, done: int, total: int, message: str) -> None:
         if self.ctx is None:
@@ -66,25 +59,12 @@ class _ToolObserver:
             log.debug("progress notification failed", exc_info=True)
 
 
-def _asks_for_progress(ctx: Any | None) -> bool:
-    """False when a progress report could reach nobody; True whenever that is not plain."""
-    return ctx is not None and _compat.progress_may_be_heard(ctx)
-
-
-# Each host's forecast of whether its batches' entries wait, kept across its batches (see engine.WaitForecast).
-_forecasts: weakref.WeakKeyDictionary[HostHooks, engine.WaitForecast] = weakref.WeakKeyDictionary()
-
-
 async def run(hooks: HostHooks, calls: Any, ctx: Any | None = None) -> dict[str, Any]:
     """One batch request against the host, as the tool answers it (structured)."""
     calls_hooks = hooks.calls().for_batch()  # the hooks as they stand as the batch starts, for every entry of it
-    reader = pipeline.batch_reader(calls_hooks, request=ctx)
+    host = pipeline.HostPipeline(calls_hooks, request=ctx)
     observer = _ToolObserver(calls_hooks, ctx)
-    forecast = _forecasts.get(hooks)
-    if forecast is None:
-        forecast = _forecasts[hooks] = engine.WaitForecast()
-    settings = BatchSettings.from_env()
-    return await engine.run_batch(calls, reader, settings, observer, frozenset({TOOL_NAME}), forecast)
+    return await engine.run_batch(calls, host, BatchSettings.from_env(), observer, frozenset({TOOL_NAME}))
 
 
 def register(server: Any, hooks: HostHooks) -> None:

@@ -7,7 +7,7 @@ since its coroutine is not None; a sync implementation may return None to pass.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -56,11 +56,35 @@ def centralmcp_resume_cursor(tool: ToolRef, arguments: Mapping[str, Any], cursor
 
 
 @hookspec
+def centralmcp_reserve_rate_tokens(tools: Sequence[ToolRef], within: float) -> MaybeAwaitable:
+    """Book one rate token for each backend call about to be made, in call order, in one round trip.
+
+    For a limiter that can book several tokens at once (the plugin's own does, on each of its
+    stores). A batch calls it once, after every local rejection, with the tool of each backend call
+    it is about to make (identical reads share one call); a single read of the reference router
+    calls it with one. The caller then starts each call at its slot. Answer a
+    ``centralmcp_batch.RateBooking`` (or an awaitable of one), or None to book nothing.
+
+    A plugin that implements this hook is not asked for ``centralmcp_acquire_rate_token`` by the
+    batch: each of its tokens is booked here once. A call whose slot would come later than
+    ``within`` must not be booked: the booking stops before it, so its ``waits`` are a prefix of
+    ``tools``, and the caller answers the calls left out at once, spending no token on them. The
+    caller gives back, through ``RateBooking.give_back``, the slots of booked calls that never
+    started (the client cancelled, or a time limit passed first). One that raises is logged and
+    its calls go on unbooked.
+
+    :param tools: the tool of each backend call, in call order.
+    :param within: seconds the caller can wait for a slot (its time limit, less what has passed).
+    """
+
+
+@hookspec
 def centralmcp_acquire_rate_token(tool: ToolRef) -> MaybeAwaitable:
     """Wait for the host's rate limiter: awaited exactly once per backend call.
 
     Called after every local rejection, just before dispatch. One that raises is logged
-    and the call proceeds; every other limiter still gives its token.
+    and the call proceeds; every other limiter still gives its token. A plugin that
+    implements ``centralmcp_reserve_rate_tokens`` is not called here by the batch.
 
     :param tool: the tool about to be called.
     """
@@ -121,7 +145,7 @@ def centralmcp_batch_started(total: int) -> MaybeAwaitable:
 def centralmcp_rate_token_waited(tool: ToolRef, seconds: float) -> MaybeAwaitable:
     """A backend call got its rate tokens, after waiting ``seconds`` for every limiter.
 
-    Called once per backend call, single read or batch entry, right after
+    Called once per backend call, single read or batch entry, once its slot came and right after
     ``centralmcp_acquire_rate_token``. One that raises is logged and ignored.
 
     :param tool: the tool about to be called.

@@ -24,7 +24,7 @@ from typing import Any
 import pluggy
 
 from .errors import InvalidCursor
-from .models import CallContext, ToolRef
+from .models import CallContext, RateBooking, ToolRef
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ SPEC_ARGS: dict[str, tuple[str, ...]] = {
     "centralmcp_find_tool": ("name",),
     "centralmcp_read_gate": ("tool",),
     "centralmcp_resume_cursor": ("tool", "arguments", "cursor"),
+    "centralmcp_reserve_rate_tokens": ("tools", "within"),
     "centralmcp_acquire_rate_token": ("tool",),
     "centralmcp_dispatch_read": ("tool", "arguments", "resume", "max_bytes", "context"),
     "centralmcp_batch_started": ("total",),
@@ -143,15 +144,30 @@ class HookCalls:
             "centralmcp_dispatch_read"
         )
         self._resume = self._first_caller("centralmcp_resume_cursor")
+        self._pluginmanager = pluginmanager
+        # Limiters that book a batch's tokens at once: each is asked on its own, and no longer per call.
+        self._bookers = [
+            _through_pluggy_alone(pluginmanager, "centralmcp_reserve_rate_tokens", ("tools", "within"), impl)
+            for impl in reversed(self._hook.centralmcp_reserve_rate_tokens.get_hookimpls())
+            if _is_plain(impl)
+        ]
+        booking = {impl[2] for impl in self._bookers}
+        token_plan = plans["centralmcp_acquire_rate_token"]
+        if token_plan is not None:
+            token_plan = tuple(impl for impl in token_plan if impl[2] not in booking)
+        self._token_plan = token_plan
         # Where a hook has one plain implementation taking every argument (the common host), it is
         # called as it is: the general path's list and loop were a tenth of an entry's own cost.
         self._sole_gate = _sole(plans["centralmcp_read_gate"])
-        self._sole_token = _sole(plans["centralmcp_acquire_rate_token"])
-        self._pluginmanager = pluginmanager
+        self._sole_token = _sole(token_plan)
         # Where pluggy makes the token call, each limiter is guarded: its raise must not stop the rest.
         self._guarded_tokens = (
-            [_guarded(impl) for impl in self._hook.centralmcp_acquire_rate_token.get_hookimpls()]
-            if plans["centralmcp_acquire_rate_token"] is None
+            [
+                _guarded(impl)
+                for impl in self._hook.centralmcp_acquire_rate_token.get_hookimpls()
+                if impl.plugin_name not in booking
+            ]
+            if token_plan is None
             else []
         )
 
@@ -223,7 +239,7 @@ class HookCalls:
             if self._sole_token is not None:
                 wait = self._sole_token(tool)
                 return [wait] if wait is not None and is_awaitable(wait) else []
-            impls = self._plans["centralmcp_acquire_rate_token"]
+            impls = self._token_plan
             if impls is None:
                 answers = self._pluginmanager._hookexec(
                     "centralmcp_acquire_rate_token", self._guarded_tokens, {"tool": tool}, False
@@ -243,6 +259,35 @@ class HookCalls:
             if wait is not None and is_awaitable(wait):
                 waits.append(wait)
         return waits
+
+    @property
+    def books_rates(self) -> bool:
+        """Whether a limiter books a batch's tokens at once (``centralmcp_reserve_rate_tokens``)."""
+        return bool(self._bookers)
+
+    async def reserve_rate_tokens(self, tools: Sequence[ToolRef], within: float) -> list[RateBooking]:
+        """Each booking limiter's booking, asked in pluggy's order; one that fails is logged and left out."""
+        bookings = []
+        for impl in self._bookers:
+            try:
+                booking = await await_me_maybe(_call(impl, (tools, within)))
+            except Exception:
+                log.warning(
+                    "centralmcp_reserve_rate_tokens of plugin %r failed; its %d calls go on unbooked",
+                    impl[2],
+                    len(tools),
+                    exc_info=True,
+                )
+                continue
+            if isinstance(booking, RateBooking):
+                bookings.append(booking)
+            elif booking is not None:
+                log.warning(
+                    "centralmcp_reserve_rate_tokens of plugin %r answered a %s, not a RateBooking; ignored",
+                    impl[2],
+                    type(booking).__name__,
+                )
+        return bookings
 
     def for_batch(self) -> HookCalls:
         """A copy for one batch, which ``batch_started`` may narrow to the observers still listening."""

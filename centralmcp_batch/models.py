@@ -5,7 +5,7 @@ Pure: imports neither pluggy nor mcp, so the engine can be tested with plain dat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,6 +72,25 @@ class CallContext:
     request: Any = None
 
 
+@dataclass(frozen=True)
+class RateBooking:
+    """What a limiter answers ``centralmcp_reserve_rate_tokens``: the tokens it booked, in call order.
+
+    ``waits``: seconds from the booking until each booked call may start, for the first ``len(waits)``
+    of the calls asked for; the rest could not start within the time asked, and nothing was booked for them.
+    ``starts_by``: seconds from the booking by which each booked call must have started; a call that
+    starts later would crowd the callers booked after it, so it books again (None: no such limit).
+    ``next_free``: seconds from the booking until the limiter's next free slot (None: not known).
+    ``give_back``: called with the positions (0 the first) of booked calls that never started, so their
+    slots go to whoever books next; it may answer an awaitable, which is awaited.
+    """
+
+    waits: Sequence[float]
+    starts_by: Sequence[float] | None = None
+    next_free: float | None = None
+    give_back: Callable[[Sequence[int]], Any] | None = None
+
+
 class BatchCall(BaseModel):
     """One entry of ``calls``, as the published input schema states it."""
 
@@ -130,6 +149,16 @@ class Counts(BaseModel):
     failed: int
 
 
+class RateReport(BaseModel):
+    """What the account's rate did to the batch."""
+
+    tokens: int = Field(description="Rate tokens the batch drew: one per backend call it made.")
+    waited_seconds: float = Field(description="How long the batch's calls waited for the account's rate, at most.")
+    next_free_seconds: float | None = Field(
+        description="Seconds from the answer until the account's rate has a token free; null when not known."
+    )
+
+
 class BatchResponse(BaseModel):
     ok: bool
     results: list[BatchItem | SkeletonItem]
@@ -146,6 +175,11 @@ class BatchResponse(BaseModel):
     failed_ids_truncated: bool | None = Field(
         default=None, description="True when failed_ids was cut from the end to fit; failed_indexes stays whole."
     )
+    shared_calls: list[list[int]] | None = Field(
+        default=None,
+        description="Entries answered by one backend call (the same tool, arguments and cursor), by index.",
+    )
+    rate: RateReport
 
 
 @dataclass(slots=True)
@@ -233,6 +267,22 @@ def output_schema() -> dict[str, Any]:
             },
             "counts": {"type": "object", "required": ["total", "succeeded", "failed"], "description": "Integers."},
             "truncated": {"type": "boolean", "description": "True when the response was shrunk to fit its budget."},
+            "shared_calls": {
+                "type": "array",
+                "description": (
+                    "Only when identical reads (the same tool, arguments and cursor) shared one backend call: "
+                    "each such group's entry indexes, in call order. Each entry still has its own item."
+                ),
+            },
+            "rate": {
+                "type": "object",
+                "required": ["tokens", "waited_seconds", "next_free_seconds"],
+                "description": (
+                    "What the account's rate did to the batch: tokens (integer, one per backend call made), "
+                    "waited_seconds (the longest wait of a call for its token), next_free_seconds (seconds from "
+                    "the answer until a token is free; null when the limiter cannot tell)."
+                ),
+            },
         },
         "description": (
             "A batch answer carries results, counts, failed_ids and failed_indexes (arrays: the failed entries' ids "

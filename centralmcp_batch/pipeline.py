@@ -1,6 +1,8 @@
-"""One read call through the host hooks: resolve, gate, cursor, rate token, dispatch.
+"""The host's side of the batch's stages, through the host hooks.
 
-Shared by every batch entry and by the reference router's ``invoke_read_tool``, so a single
+resolve (catalog, read gate, cursor), reserve (one booking of the account's rate for the calls
+about to be made), draw (the limiters that give one token per call) and dispatch. A batch entry
+and the reference router's ``invoke_read_tool`` go through the same ``HostPipeline``, so a single
 read and a batch entry meet exactly the same gate, limiter and bounding.
 """
 
@@ -8,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Sequence
 from typing import Any
 
-from .engine import Guards, ValidCall, call_timed_out, describe, must_propagate
-from .errors import InvalidCursor, text_of
-from .host import HookCalls, await_me_maybe, is_awaitable, token_failed
-from .models import CallContext, Outcome, ToolRef
+from .engine import Ready
+from .entries import ValidCall
+from .errors import InvalidCursor, describe, must_propagate, text_of
+from .host import HookCalls, await_me_maybe, token_failed
+from .models import CallContext, Outcome, RateBooking, ToolRef
 
 log = logging.getLogger(__name__)
 
@@ -25,91 +28,99 @@ def unknown_tool_message(name: str) -> str:
     return f"Unknown tool '{name}'. Use find_tool to discover."
 
 
-async def read_one(
-    hooks: HookCalls,
-    name: str,
-    arguments: Mapping[str, Any],
-    cursor: str | None,
-    *,
-    max_bytes: int,
-    context: CallContext,
-    guards: Guards,
-) -> Outcome:
-    """The outcome of one read; never raises except when this task is cancelled.
+class HostPipeline:
+    """The engine's ``Host`` over the host hooks, for one batch (``in_batch``) or one single read."""
 
-    Whatever else the hooks or the backend raise is contained here, in the task that called
-    them: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of the event loop from
-    the task they escape, so catching them any further out would be too late. Each hook's
-    answer is awaited only when it is awaitable (see ``HookCalls``).
-    """
-    tool: ToolRef | None = None
-    try:
-        found = hooks.find_tool(name)
-        if type(found) is not ToolRef:
-            if found is not None:  # an unknown tool is told at once: None needs no await
-                found = await await_me_maybe(found)
-            if found is None:
-                return Outcome("unknown_tool", error=unknown_tool_message(name))
-            if not isinstance(found, ToolRef):
-                return Outcome(
-                    "error", error=f"TypeError: centralmcp_find_tool answered a {type(found).__name__}, not a ToolRef"
-                )
-        tool = found
-        refusal = hooks.read_gate(tool)
-        if refusal is not None and not isinstance(refusal, str):
-            refusal = await refusal
-        if refusal is not None:
-            return Outcome("blocked", tool, error=refusal)
-        resume = None
-        if cursor is not None:
-            try:
-                resume = await await_me_maybe(hooks.resume_cursor(tool, arguments, cursor))
-            except InvalidCursor as exc:
-                return Outcome("invalid_cursor", tool, error=text_of(exc) or "invalid cursor")
-        cap = guards.server_cap(tool)
-        if cap is None:
-            result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
-        else:
-            async with cap:
-                result, timed_out = await _call_backend(hooks, tool, arguments, resume, max_bytes, context, guards)
-        if timed_out:
-            return Outcome("error", tool, error=call_timed_out(guards.call_timeout))
-        return classify(tool, result)
-    except Exception as exc:
-        return Outcome("error", tool, error=describe(exc))
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
-        if must_propagate(exc):
-            raise
-        log.error("reading %r raised %s; only that call fails", name, type(exc).__name__, exc_info=exc)
-        return Outcome("error", tool, error=describe(exc))
+    def __init__(self, hooks: HookCalls, request: Any = None, *, in_batch: bool = True) -> None:
+        self.hooks, self.request, self.in_batch = hooks, request, in_batch
 
-
-async def _call_backend(
-    hooks: HookCalls,
-    tool: ToolRef,
-    arguments: Mapping[str, Any],
-    resume: Any,
-    max_bytes: int,
-    context: CallContext,
-    guards: Guards,
-) -> tuple[Any, bool]:
-    """One rate token, then the dispatch under the call time limit: ``(its answer, timed out)``."""
-    waiting = time.perf_counter() if hooks.hears_tokens else 0.0  # read only for a token observer
-    for wait in hooks.acquire_rate_token(tool):
+    async def resolve(self, call: ValidCall) -> Ready | Outcome:
+        """Catalog, gate, cursor: the call ready to dispatch, or what refuses it. Never raises but a
+        cancellation: whatever the hooks raise fails this entry alone, told with its tool's server."""
+        tool: ToolRef | None = None
         try:
-            await wait
-        except Exception:
-            token_failed(tool)
-    if hooks.hears_tokens:
-        told = hooks.rate_token_waited(tool, time.perf_counter() - waiting)
-        if told is not None:
-            await told
-    result = hooks.dispatch_read(tool, arguments, resume, max_bytes, context)
-    try:
-        result = await guards.dispatch(result, tool) if is_awaitable(result) else guards.answered(result)
-    finally:
-        timed_out = guards.dispatch_ended()
-    return result, timed_out
+            found = await await_me_maybe(self.hooks.find_tool(call.name))
+            if found is None:
+                return Outcome("unknown_tool", error=unknown_tool_message(call.name))
+            if not isinstance(found, ToolRef):
+                error = f"TypeError: centralmcp_find_tool answered a {type(found).__name__}, not a ToolRef"
+                return Outcome("error", error=error)
+            tool = found
+            refusal = await await_me_maybe(self.hooks.read_gate(tool))
+            if refusal is not None:
+                return Outcome("blocked", tool, error=refusal)
+            resume = None
+            if call.cursor is not None:
+                try:
+                    resume = await await_me_maybe(self.hooks.resume_cursor(tool, call.arguments, call.cursor))
+                except InvalidCursor as exc:
+                    return Outcome("invalid_cursor", tool, error=text_of(exc) or "invalid cursor")
+            return Ready(call, tool, resume)
+        except Exception as exc:
+            return Outcome("error", tool, error=describe(exc))
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, a CancelledError nobody sent
+            if must_propagate(exc):
+                raise
+            log.error("resolving %r raised %s; only that entry fails", call.name, type(exc).__name__, exc_info=exc)
+            return Outcome("error", tool, error=describe(exc))
+
+    async def reserve(self, tools: Sequence[ToolRef], within: float) -> RateBooking | None:
+        """One booking for these calls from every limiter that books at once; None when none does."""
+        if not self.hooks.books_rates:
+            return None
+        bookings = await self.hooks.reserve_rate_tokens(tools, within)
+        if not bookings:
+            return RateBooking([0.0] * len(tools))  # every booking limiter failed: the calls go on unbooked
+        return await _combined(bookings)
+
+    async def draw_tokens(self, tool: ToolRef, booked_wait: float) -> float:
+        """The tokens of the limiters that give one per call; the seconds that took. Then the observers hear
+        of the whole wait, the booked slot's included."""
+        waiting = time.perf_counter()
+        for wait in self.hooks.acquire_rate_token(tool):
+            try:
+                await wait
+            except Exception:
+                token_failed(tool)
+        waited = time.perf_counter() - waiting
+        if self.hooks.hears_tokens:
+            await await_me_maybe(self.hooks.rate_token_waited(tool, booked_wait + waited))
+        return waited
+
+    async def dispatch(self, ready: Ready, max_bytes: int) -> Outcome:
+        call = ready.call
+        context = (
+            CallContext(call.index, call.id, True, self.request)
+            if self.in_batch
+            else CallContext(None, None, False, self.request)
+        )
+        result = self.hooks.dispatch_read(ready.tool, call.arguments, ready.resume, max_bytes, context)
+        return classify(ready.tool, await await_me_maybe(result))
+
+
+async def _combined(bookings: list[RateBooking]) -> RateBooking:
+    """Several limiters' bookings as one: each call waits for its latest slot, and is admitted only where
+    every limiter booked it (a limiter's slots for calls another left out are given back at once)."""
+    if len(bookings) == 1:
+        return bookings[0]
+    admitted = min(len(booking.waits) for booking in bookings)
+    for booking in bookings:
+        if len(booking.waits) > admitted and booking.give_back is not None:
+            await await_me_maybe(booking.give_back(list(range(admitted, len(booking.waits)))))
+    waits = [max(booking.waits[i] for booking in bookings) for i in range(admitted)]
+    starts_by = [
+        min(booking.starts_by[i] if booking.starts_by is not None else float("inf") for booking in bookings)
+        for i in range(admitted)
+    ]
+    frees = [booking.next_free for booking in bookings]
+    next_free = None if None in frees else max(free for free in frees if free is not None)
+
+    async def give_back(positions: Sequence[int]) -> None:
+        for booking in bookings:
+            if booking.give_back is not None:
+                await await_me_maybe(booking.give_back(positions))
+
+    return RateBooking(waits, starts_by, next_free, give_back)
 
 
 def classify(tool: ToolRef, result: Any) -> Outcome:
@@ -120,18 +131,4 @@ def classify(tool: ToolRef, result: Any) -> Outcome:
             return Outcome(status, tool, error=text_of(result.get("error") or status))
         if "error" in result:
             return Outcome("error", tool, error=text_of(result["error"]))
-    return Outcome("ok", tool, result)  # by position, as the entry's CallContext (see batch_reader)
-
-
-def batch_reader(hooks: HookCalls, request: Any = None):  # type: ignore[no-untyped-def]
-    """The engine's Reader over the host hooks (as this batch calls them), for one batch request."""
-
-    def read(call: ValidCall, max_bytes: int, guards: Guards) -> Awaitable[Outcome]:
-        # Made by position: a class called with keywords builds a dict of them for every instance, and
-        # this is one instance an entry (2 k instructions of an entry's 250 k).
-        context = CallContext(call.index, call.id, True, request)
-        return read_one(
-            hooks, call.name, call.arguments, call.cursor, max_bytes=max_bytes, context=context, guards=guards
-        )
-
-    return read
+    return Outcome("ok", tool, result)

@@ -1,4 +1,4 @@
-"""pytest plugin (``pytest11``): the fixtures of :mod:`centralmcp_batch.testing`, which loads when a test asks for one.
+"""pytest plugin (``pytest11``): the fixtures over :mod:`centralmcp_batch.inline_host`, loaded when a test asks for one.
 
 pytest loads every installed ``pytest11`` plugin at the start of every run, in every project that
 shares the environment (CentralMCP's own test suite, once it has adopted the plugin). Importing the
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .testing import InlineHost
+    from .inline_host import InlineHost
 
 # pytest rewrites the asserts of the modules a plugin's distribution lists in its metadata, which an
 # editable install (a path file) may not list: named here, the kit's checks print the values they
@@ -26,7 +26,7 @@ pytest.register_assert_rewrite("centralmcp_batch.testing")
 @pytest.fixture
 def centralmcp_host() -> InlineHost:
     """A fresh :class:`InlineHost` with ``echo``, ``slow``, ``rows`` (read) and ``delete_everything`` (write)."""
-    from .testing import sample_host
+    from .inline_host import sample_host
 
     return sample_host()
 
@@ -34,7 +34,7 @@ def centralmcp_host() -> InlineHost:
 @pytest.fixture
 def centralmcp_server(centralmcp_host: InlineHost) -> Any:
     """An MCP server with ``centralmcp_host`` installed and the ``centralmcp`` plugins loaded."""
-    from .testing import server_of
+    from .inline_host import server_of
 
     return server_of(centralmcp_host)
 
@@ -42,6 +42,6 @@ def centralmcp_server(centralmcp_host: InlineHost) -> Any:
 @pytest.fixture
 def centralmcp_call() -> Callable[..., Any]:
     """``await centralmcp_call(server, tool, arguments)``: the tool's answer over a real session."""
-    from .testing import call
+    from .inline_host import call
 
     return call

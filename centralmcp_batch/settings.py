@@ -20,6 +20,7 @@ RESPONSE_MAX_BYTES = "CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES"
 CONCURRENCY = "CENTRALMCP_ROUTER_BATCH_CONCURRENCY"
 CALL_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS"
 BATCH_TIMEOUT = "CENTRALMCP_ROUTER_BATCH_TIMEOUT_SECONDS"
+SHARE_READS = "CENTRALMCP_ROUTER_BATCH_SHARE_IDENTICAL_READS"
 ROUTER_MODE = "CENTRALMCP_ROUTER_MODE"
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ SETTINGS = (
     Setting(CONCURRENCY, 4, 1, 25),
     Setting(CALL_TIMEOUT, 60.0, 0.001, 86_400, integer=False),
     Setting(BATCH_TIMEOUT, 300.0, 0.001, 86_400, integer=False),
+    Setting(SHARE_READS, 1, 0, 1),
 )
 _BY_ENV = {setting.env: setting for setting in SETTINGS}
 
@@ -110,6 +112,7 @@ class BatchSettings:
     concurrency: int = 4
     call_timeout: float = 60.0
     batch_timeout: float = 300.0
+    share_identical_reads: bool = True  # identical reads of one batch share one backend call (0 turns it off)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BatchSettings:
@@ -123,6 +126,7 @@ class BatchSettings:
                 concurrency=int(_BY_ENV[CONCURRENCY].read(env)),
                 call_timeout=_BY_ENV[CALL_TIMEOUT].read(env),
                 batch_timeout=_BY_ENV[BATCH_TIMEOUT].read(env),
+                share_identical_reads=bool(_BY_ENV[SHARE_READS].read(env)),
             )
             if len(_PARSED) >= 64:  # an environment that keeps changing keeps only its latest values
                 _PARSED.clear()

@@ -1,6 +1,6 @@
 """Fixtures for host authors and a host conformance kit.
 
-The fixtures, which ``pytest_plugin`` (the ``pytest11`` entry point) makes of what is here:
+The fixtures, which ``pytest_plugin`` (the ``pytest11`` entry point) makes of ``inline_host``:
 ``centralmcp_host`` (a small in-process host with read, write, slow and paged tools that records
 what reaches it), ``centralmcp_server`` (an MCP server with that host installed through
 ``hosting.install`` and entry-point discovery), ``centralmcp_call`` (call a tool on a server over a
@@ -13,120 +13,42 @@ read tool and one write tool of your host, and pytest checks your hooks against 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-import anyio
 import pytest
 
 from . import _compat, budget, hosting
-from .engine import MIN_SHARE
 from .errors import InvalidCursor
 from .hookspecs import hookimpl
 from .host import await_me_maybe
+from .inline_host import READ, WRITE, InlineHost, call, sample_host, server_of
+from .items import MIN_SHARE
 from .models import CallContext, ToolRef
 
 # A conftest that names this module as a plugin (``pytest_plugins``, ``-p``), as 0.1.0's entry point did,
 # still gets the fixtures.
-from .pytest_plugin import centralmcp_call, centralmcp_host, centralmcp_server  # noqa: F401
-from .router.bounding import Bounds, bound
-from .router.core import CURSOR_TTL, MAX_ITEMS
-from .router.cursors import CursorSigner
+from .pytest_plugin import centralmcp_call, centralmcp_host, centralmcp_server
+from .settings import SHARE_READS
 
-READ = {"readOnlyHint": True}
-WRITE = {"readOnlyHint": False, "destructiveHint": True}
+__all__ = [
+    "READ",
+    "WRITE",
+    "HostConformance",
+    "InlineHost",
+    "call",
+    "centralmcp_call",
+    "centralmcp_host",
+    "centralmcp_server",
+    "sample_host",
+    "server_of",
+]
+
 # A share no answer of a kit's read comes near: the read's whole answer.
 UNBOUNDED = 1_000_000
 # The write the kit asks a gate about for a host that publishes none (HostConformance.write_tool None).
 STAND_IN_WRITE = "centralmcp-conformance-write"
-
-
-@dataclass
-class InlineHost:
-    """A small, complete host whose backends are plain functions; it records every token and dispatch.
-
-    A handler is called with the entry's arguments and answers in full, as a backend does; the host
-    bounds that answer to ``max_bytes`` the reference router's way: an answer that fits is passed as
-    it is, one that does not has its longest top-level list paged, with a ``next_cursor`` that resumes
-    the page after (an answer with no list to page becomes a bounded ``preview``). Its cursors are
-    signed and bound to the tool and the arguments they were issued for; a test that needs one asks
-    ``cursors.issue(tool, arguments, offset)``.
-    """
-
-    handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    refs: dict[str, ToolRef] = field(default_factory=dict)
-    tokens: list[str] = field(default_factory=list)
-    dispatched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    # A random key per host: only this host's own cursors verify.
-    cursors: CursorSigner = field(default_factory=lambda: CursorSigner(None, int(CURSOR_TTL.default)), repr=False)
-
-    def add(
-        self,
-        name: str,
-        handler: Callable[..., Any],
-        annotations: Mapping[str, Any] = READ,
-        server: str = "inline",
-        concurrency: int | None = None,
-    ) -> None:
-        self.handlers[name] = handler
-        self.refs[name] = ToolRef(name, server, dict(annotations), concurrency)
-
-    @hookimpl
-    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
-        return self.refs.get(name)
-
-    @hookimpl
-    def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
-        return None if tool.read_only else f"Tool '{tool.name}' is not read-only."
-
-    @hookimpl
-    def centralmcp_resume_cursor(self, tool: ToolRef, arguments: Mapping[str, Any], cursor: str) -> int:
-        return self.cursors.verify(tool.name, arguments, cursor)  # the offset of the page it resumes
-
-    @hookimpl
-    async def centralmcp_acquire_rate_token(self, tool: ToolRef) -> None:
-        self.tokens.append(tool.name)
-
-    @hookimpl
-    async def centralmcp_dispatch_read(
-        self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int, context: CallContext
-    ) -> Any:
-        self.dispatched.append((tool.name, dict(arguments)))
-        answer = await await_me_maybe(self.handlers[tool.name](**arguments))
-        plain = budget.as_json(answer)
-        if resume is None and budget.size(plain) <= max_bytes:
-            return answer  # it fits: as the backend answered, with no paging marks
-        bounds = Bounds(int(MAX_ITEMS.default), max_bytes)
-        return bound(plain, bounds, resume or 0, lambda offset: self.cursors.issue(tool.name, arguments, offset))
-
-
-def sample_host() -> InlineHost:
-    host = InlineHost()
-    host.add("echo", lambda **arguments: {"arguments": arguments})
-
-    async def slow(seconds: float = 0.05) -> dict[str, Any]:
-        await anyio.sleep(seconds)
-        return {"slept": seconds}
-
-    host.add("slow", slow)
-    # About 2.5 kB in full: larger than the smallest share a batch gives, so it pages.
-    host.add("rows", lambda count=100: {"rows": [{"n": n, "text": f"row {n}"} for n in range(count)]})
-    host.add("delete_everything", lambda **arguments: {"deleted": True}, WRITE)
-    return host
-
-
-def server_of(host: Any) -> Any:
-    """An MCP server with ``host`` installed and the ``centralmcp`` plugins loaded."""
-    server = _compat.new_server("centralmcp-batch-test")
-    hosting.install(server, host)
-    return server
-
-
-async def call(server: Any, tool: str, arguments: Mapping[str, Any] | None = None, **options: Any) -> _compat.Answer:
-    """Call ``tool`` on ``server`` over a fresh in-memory MCP client session."""
-    async with _compat.connect(server) as client:
-        return await client.call_tool(tool, arguments, **options)
 
 
 class _Spy:
@@ -211,8 +133,11 @@ class HostConformance:
         return self.write_tool
 
     @pytest.fixture
-    def conformance(self, host_plugins: list[object]) -> tuple[Any, _Spy]:
+    def conformance(self, host_plugins: list[object], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _Spy]:
         self._names_are_set()
+        # The checks count one token and one dispatch per read, and read the same tool with the same
+        # arguments several times: shared, those reads would be one call.
+        monkeypatch.setenv(SHARE_READS, "0")
         spy = _Spy()
         server = _compat.new_server("centralmcp-conformance")
         hosting.install(server, *host_plugins, spy)

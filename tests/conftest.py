@@ -3,11 +3,10 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from centralmcp_batch import engine
+from centralmcp_batch.settings import SHARE_READS
 
 pytest_plugins = ["redis_server", "pytester"]  # redis_server, redis_url; pytester runs the kit on broken hosts
 
@@ -54,14 +53,7 @@ def _sqlite_stores_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def groups_opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each task group a batch opens for its workers, counted as it opens."""
-    opened: list[int] = []
-    real_in_group = engine._in_group
-
-    async def in_group(work: Any, deadline: float) -> None:
-        opened.append(1)
-        await real_in_group(work, deadline)
-
-    monkeypatch.setattr(engine, "_in_group", in_group)
-    return opened
+def each_entry_its_own_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Identical entries each call their backend: for tests that send the same read several times to count
+    or hold its calls, where sharing would make them one."""
+    monkeypatch.setenv(SHARE_READS, "0")

@@ -23,7 +23,9 @@ from standins.centralmcp_middleware import is_secret_name
 
 from centralmcp_batch import HostContractError, PluginError, _compat, batch_tool, engine
 from centralmcp_batch.adapters import centralmcp
+from centralmcp_batch.entries import parse_entry
 from centralmcp_batch.host import HostHooks
+from centralmcp_batch.items import entry_share
 from centralmcp_batch.models import CallContext
 from centralmcp_batch.testing import HostConformance, call
 
@@ -306,7 +308,8 @@ async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budg
     response = await batch(adopted, calls)
     page = response["results"][0]["result"]
     bounds = page["_response_bounds"]
-    share = engine.entry_share([engine.parse_entry(index, entry) for index, entry in enumerate(calls)], 8192)
+    entries = [parse_entry(index, entry) for index, entry in enumerate(calls)]
+    share = entry_share(entries, 8192, extras={"rate": engine.RATE_PLACEHOLDER})
     assert bounds["reason"] == "byte_budget" and bounds["byte_limit"] == share and bounds["resumable"] is True
     assert len(json.dumps({k: v for k, v in page.items() if k != "_response_bounds"})) <= 4096 + 400
     assert 0 < len(page["devices"]) < 150 and response["results"][1]["result"] == {"serial": "a", "status": "up"}

@@ -235,6 +235,7 @@ BROKEN_LIMITERS = {
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("each_entry_its_own_call")
 @pytest.mark.parametrize("kind", BROKEN_LIMITERS)
 async def test_an_installed_limiter_that_raises_never_costs_the_hosts_limiter_its_token(
     site: Path, kind: str, caplog: pytest.LogCaptureFixture

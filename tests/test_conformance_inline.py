@@ -1,7 +1,11 @@
 """The conformance kit, run against the kit's own sample host and the reference router."""
 
+import math
+from collections.abc import Sequence
+
 import pytest
 
+from centralmcp_batch.models import RateBooking
 from centralmcp_batch.ratelimit import RateLimitPlugin
 from centralmcp_batch.router import Router, demo
 from centralmcp_batch.router.limiter import TokenBucket
@@ -38,9 +42,14 @@ class CountingBucket(TokenBucket):
         super().__init__(rate=1000, burst=1000)
         self.drawn = 0
 
-    async def acquire(self) -> None:
-        self.drawn += 1
-        await super().acquire()
+    async def reserve(self, count: int, within: float = math.inf) -> RateBooking:
+        booking = await super().reserve(count, within)
+        self.drawn += len(booking.waits)
+        return booking
+
+    async def _give_back(self, shared: Sequence[float], local: Sequence[float]) -> None:
+        self.drawn -= len(local)  # a token given back unused was not drawn
+        await super()._give_back(shared, local)
 
 
 class TestReferenceRouterConforms(HostConformance):

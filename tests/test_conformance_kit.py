@@ -361,12 +361,14 @@ import sys
 
 def test_a_run_that_uses_no_fixture_of_the_kit_imports_neither_it_nor_the_sdk():
     assert "centralmcp_batch.pytest_plugin" in sys.modules  # loaded, as every pytest11 plugin is
-    assert [name for name in ("centralmcp_batch.testing", "mcp") if name in sys.modules] == []
+    loaded = ("centralmcp_batch.testing", "centralmcp_batch.inline_host", "mcp")
+    assert [name for name in loaded if name in sys.modules] == []
 
 
-def test_a_fixture_loads_the_kit_with_its_asserts_rewritten(centralmcp_host):
-    kit = sys.modules["centralmcp_batch.testing"]
+def test_a_fixture_loads_its_host_and_the_kit_has_its_asserts_rewritten(centralmcp_host):
     assert type(centralmcp_host).__name__ == "InlineHost"
+    import centralmcp_batch.testing as kit
+
     assert type(kit.__loader__).__name__ == "AssertionRewritingHook"
 """
 

@@ -84,6 +84,7 @@ def test_the_manifest_agrees_with_pyproject_the_entry_point_and_the_code() -> No
         "centralmcp_dispatch_read",
         "centralmcp_find_tool",
         "centralmcp_read_gate",
+        "centralmcp_reserve_rate_tokens",
         "centralmcp_resume_cursor",
     ]
     assert sorted(own.requires + own.optional) == host_side

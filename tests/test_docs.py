@@ -376,7 +376,7 @@ def test_the_host_guides_example_hooks_install_on_a_real_server() -> None:
 
 
 def test_the_batch_contracts_limits_table_holds_the_engines_own_numbers() -> None:
-    from centralmcp_batch import budget, engine, models
+    from centralmcp_batch import budget, items, models
 
     page = pages()["reference/batch.md"]
     rows = {}
@@ -393,7 +393,7 @@ def test_the_batch_contracts_limits_table_holds_the_engines_own_numbers() -> Non
             f"{models.MAX_ARGUMENT_BYTES:,} bytes as JSON, {models.MAX_ARGUMENT_DEPTH} levels deep",
             "-",
         ),
-        "result nesting": (f"{engine.MAX_RESULT_DEPTH} levels", "-"),
+        "result nesting": (f"{items.MAX_RESULT_DEPTH} levels", "-"),
         "response budget": (
             f"{budget_setting.default:,.0f} bytes (minimum {budget_setting.minimum:,.0f})",
             f"`{budget_setting.env}`",
@@ -404,7 +404,7 @@ def test_the_batch_contracts_limits_table_holds_the_engines_own_numbers() -> Non
         ),
         "time per backend call": (f"{by_env[settings.CALL_TIMEOUT].default:g} s", f"`{settings.CALL_TIMEOUT}`"),
         "time per batch": (f"{by_env[settings.BATCH_TIMEOUT].default:g} s", f"`{settings.BATCH_TIMEOUT}`"),
-        "error text per item": (f"{engine.ERROR_CHARS} characters ({budget.SHORT_ERROR_CHARS} when shrunk)", "-"),
+        "error text per item": (f"{items.ERROR_CHARS} characters ({budget.SHORT_ERROR_CHARS} when shrunk)", "-"),
     }
     rows.pop("Limit", None)  # the header
     assert rows == expected

@@ -1,4 +1,4 @@
-"""The engine on plain data: a reader function stands in for the host pipeline."""
+"""The engine on plain data: a reader function stands in for the host's dispatch (``ReaderHost``)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import anyio
 import pytest
 from hosts import ItemsRaise, IterRaises, StrRaises
 
-from centralmcp_batch import budget, engine, models
-from centralmcp_batch.engine import Guards, ValidCall
-from centralmcp_batch.models import Outcome, ToolRef
+from centralmcp_batch import budget, engine, entries, errors, items, models
+from centralmcp_batch.engine import Ready
+from centralmcp_batch.entries import ValidCall
+from centralmcp_batch.models import Outcome, RateBooking, ToolRef
 from centralmcp_batch.settings import BatchSettings
 
 # Python 3.10 has no Task.cancelling(): a CancelledError a backend raises itself counts as a real
@@ -41,16 +42,46 @@ TOOL = ToolRef("read", "srv", {"readOnlyHint": True})
 
 
 def settings(**overrides: Any) -> BatchSettings:
-    return BatchSettings(**{"concurrency": 4, **overrides})
+    # Most tests here send the same read several times and watch each call: sharing is off unless a test asks.
+    return BatchSettings(**{"concurrency": 4, "share_identical_reads": False, **overrides})
 
 
-async def echo_reader(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+Reader = Callable[[ValidCall, int], Awaitable[Outcome]]
+
+
+class ReaderHost:
+    """The engine's ``Host`` over a reader: every name is a read tool (its server and cap from the call's
+    ``server`` and ``cap`` arguments, when given), ``booking`` books the rate (None: nothing is booked),
+    and dispatch is ``reader(call, max_bytes)``."""
+
+    def __init__(self, reader: Reader, booking: Callable[[int, float], RateBooking | None] | None = None) -> None:
+        self.reader, self.booking = reader, booking
+        self.reserved: list[tuple[int, float]] = []  # (calls, within) of each booking asked for
+
+    async def resolve(self, call: ValidCall) -> Ready | Outcome:
+        server, cap = call.arguments.get("server", "srv"), call.arguments.get("cap")
+        return Ready(
+            call, ToolRef(call.name, server if isinstance(server, str) else "srv", {"readOnlyHint": True}, cap)
+        )
+
+    async def reserve(self, tools: Any, within: float) -> RateBooking | None:
+        self.reserved.append((len(tools), within))
+        return self.booking(len(tools), within) if self.booking else None
+
+    async def draw_tokens(self, tool: ToolRef, booked_wait: float) -> float:
+        return 0.0
+
+    async def dispatch(self, ready: Ready, max_bytes: int) -> Outcome:
+        return await self.reader(ready.call, max_bytes)
+
+
+async def echo_reader(call: ValidCall, max_bytes: int) -> Outcome:
     return Outcome("ok", TOOL, result={"name": call.name, "max_bytes": max_bytes})
 
 
-async def run(calls: Any, reader: Any = echo_reader, **overrides: Any) -> dict[str, Any]:
+async def run(calls: Any, reader: Reader = echo_reader, **overrides: Any) -> dict[str, Any]:
     return await engine.run_batch(
-        calls, reader, settings(**overrides), self_names=frozenset({"invoke_read_tool_batch"})
+        calls, ReaderHost(reader), settings(**overrides), self_names=frozenset({"invoke_read_tool_batch"})
     )
 
 
@@ -78,192 +109,12 @@ async def test_duplicate_ids_reject_the_batch_including_defaulted_ones() -> None
     assert defaulted["ok"] is False and "duplicate call id '1'" in defaulted["error"]
 
 
-def task_recording_reader(tasks: list[int], seconds: float) -> Any:
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        tasks.append(anyio.get_current_task().id)
-        if seconds:
-            await anyio.sleep(seconds)
+def sleeping_reader(seconds: float) -> Reader:
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
+        await anyio.sleep(seconds)
         return Outcome("ok", TOOL, result=call.index)
 
     return read
-
-
-def briefly_waiting_reader(tasks: list[int], waits: list[float] | None = None) -> Any:
-    """Each entry waits a turn of the loop, then works for 0.2 ms: the waits are a small part of the
-    time. Each wait's length goes to ``waits``, when given."""
-    running: list[int] = []
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        tasks.append(anyio.get_current_task().id)
-        running.append(1)
-        try:
-            began = time.perf_counter()
-            await anyio.sleep(0)
-            if waits is not None:
-                waits.append(time.perf_counter() - began)
-            busy_until = time.perf_counter() + 0.0002
-            while time.perf_counter() < busy_until:
-                pass
-            return Outcome("ok", TOOL, result=call.index if len(running) == 1 else "overlapped")
-        finally:
-            running.pop()
-
-    return read
-
-
-def thread_hop_reader(tasks: list[int]) -> Any:
-    """Each entry waits on a worker thread and does nothing else: the waits are nearly all the time."""
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        tasks.append(anyio.get_current_task().id)
-        await anyio.to_thread.run_sync(time.sleep, 0.0002)
-        return Outcome("ok", TOOL, result=call.index)
-
-    return read
-
-
-async def test_workers_start_only_as_entries_wait_long_and_never_more_than_the_concurrency() -> None:
-    batch_task = anyio.get_current_task().id
-    tasks: list[int] = []
-    quick = await run([{"name": "a"}] * 25, task_recording_reader(tasks, 0), concurrency=8)
-    assert [item["result"] for item in quick["results"]] == list(range(25))
-    assert set(tasks) == {batch_task}  # no entry waited: the batch's own task ran them all, no task was started
-    # Short waits that are a small part of the batch's time: still the batch's own task, one entry at a time.
-    # A turn of the loop is brief unless the machine preempts the process in it, and then waiting does take
-    # the time: such a run says nothing of brief waits, so the check needs one run the machine left alone.
-    for _ in range(5):
-        tasks.clear()
-        waits: list[float] = []
-        brief = await run([{"name": "a"}] * 25, briefly_waiting_reader(tasks, waits), concurrency=8)
-        if max(waits) < engine.RAMP_WAIT / 4:
-            break
-    else:
-        pytest.fail(f"every run was preempted mid-wait (longest waits {max(waits) * 1000:.1f} ms)")
-    # Only then: a preempted run rightly starts workers, whose entries overlap.
-    assert [item["result"] for item in brief["results"]] == list(range(25))
-    assert set(tasks) == {batch_task}
-    tasks.clear()
-    hops = await run([{"name": "a"}] * 25, thread_hop_reader(tasks), concurrency=4)
-    # Short waits that are most of its time: the other workers start once they add up to RAMP_WAIT.
-    assert [item["result"] for item in hops["results"]] == list(range(25))
-    assert tasks[0] == batch_task and len(set(tasks)) == 4
-    tasks.clear()
-    waiting = await run([{"name": "a"}] * 12, task_recording_reader(tasks, 0.02), concurrency=4)
-    assert [item["result"] for item in waiting["results"]] == list(range(12))
-    assert batch_task in tasks and len(set(tasks)) == 4  # the first long wait started the other three workers
-
-
-async def test_the_first_long_wait_starts_the_workers_however_late_it_comes() -> None:
-    # Ten entries answer at once, then one waits: the ramp, watching since the first wait, starts the
-    # other workers while that one still waits, and they run the entries after it meanwhile.
-    events: list[tuple[str, int]] = []
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        events.append(("start", call.index))
-        await anyio.sleep(0.2 if call.index == 10 else 0)
-        events.append(("end", call.index))
-        return Outcome("ok", TOOL, result=call.index)
-
-    response = await run([{"name": "a"}] * 14, read, concurrency=4)
-    assert [item["result"] for item in response["results"]] == list(range(14))
-    assert events[:21] == [(edge, i) for i in range(10) for edge in ("start", "end")] + [("start", 10)]
-    assert events.index(("end", 13)) < events.index(("end", 10))  # the rest ran while entry 10 waited
-
-
-async def test_a_worker_that_cannot_start_leaves_the_batch_to_the_running_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    tasks: list[int] = []
-    real_start = engine._Run.entry_waits
-
-    def closing_group(run: Any) -> None:  # as when the task group no longer takes tasks
-        def refuse() -> None:
-            raise RuntimeError("This task group is not active; no new tasks can be started.")
-
-        run.start_helper = refuse
-        real_start(run)
-
-    monkeypatch.setattr(engine._Run, "entry_waits", closing_group)
-    response = await run([{"name": "a"}] * 4, task_recording_reader(tasks, 0.005), concurrency=4)
-    assert [item["status"] for item in response["results"]] == ["ok"] * 4
-    assert len(set(tasks)) == 1  # the batch's own task ran them all, in order
-    assert [item["result"] for item in response["results"]] == [0, 1, 2, 3]
-
-
-def quiet_forecast() -> engine.WaitForecast:
-    forecast = engine.WaitForecast()
-    for _ in range(engine.QUIET_BATCHES):
-        forecast.record(waited=False)
-    return forecast
-
-
-def test_a_forecast_expects_waits_until_quiet_batches_in_a_row_and_again_after_one_wait() -> None:
-    forecast = engine.WaitForecast()
-    seen = []
-    for waited in [False] * engine.QUIET_BATCHES + [False, True, False]:
-        seen.append(forecast.expects_waits)
-        forecast.record(waited)
-    assert seen == [True] * engine.QUIET_BATCHES + [False, False, True]
-    assert forecast.expects_waits  # one quiet batch after a wait is not enough
-
-
-@on_each_backend
-async def test_a_host_whose_entries_never_wait_stops_opening_task_groups(groups_opened: list[int]) -> None:
-    opened = groups_opened
-    forecast, tasks = engine.WaitForecast(), []
-    for _ in range(engine.QUIET_BATCHES + 3):
-        response = await engine.run_batch(
-            [{"name": "a"}] * 5, task_recording_reader(tasks, 0), settings(), None, frozenset(), forecast
-        )
-        assert [item["result"] for item in response["results"]] == [0, 1, 2, 3, 4]
-    assert len(opened) == engine.QUIET_BATCHES  # then none: nothing waited
-    assert set(tasks) == {anyio.get_current_task().id}
-    for _ in range(3):  # a batch given no forecast opens its group
-        await run([{"name": "a"}] * 5, task_recording_reader(tasks, 0))
-    assert len(opened) == engine.QUIET_BATCHES + 3
-
-
-@on_each_backend
-async def test_an_entry_that_waits_with_no_group_waits_alone_then_the_rest_get_the_concurrency(
-    groups_opened: list[int],
-) -> None:
-    opened = groups_opened
-    events: list[tuple[str, int]] = []
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        events.append(("start", call.index))
-        await anyio.sleep(0.05)
-        events.append(("end", call.index))
-        return Outcome("ok", TOOL, result=call.index)
-
-    forecast = quiet_forecast()
-    calls = [{"name": "a", "id": f"c{i}"} for i in range(9)]
-    response = await engine.run_batch(calls, read, settings(), None, frozenset(), forecast)
-    assert [item["result"] for item in response["results"]] == list(range(9))
-    assert events[:3] == [("start", 0), ("end", 0), ("start", 1)]  # the first wait: no group to start workers in
-    assert len(opened) == 1  # then one was opened for the rest,
-    assert events.index(("start", 4)) < events.index(("end", 1))  # and its workers ran them at once
-    assert forecast.expects_waits  # the host's next batch opens its group from the start
-    events.clear()
-    await engine.run_batch(calls, read, settings(), None, frozenset(), forecast)
-    assert events.index(("start", 1)) < events.index(("end", 0))
-    assert len(opened) == 2
-
-
-async def test_the_batch_time_limit_passing_on_an_entry_that_waits_with_no_group() -> None:
-    hangs = anyio.Event()
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        await guards.dispatch(hangs.wait())
-        guards.dispatch_ended()
-        return Outcome("ok", TOOL, result=call.index)
-
-    forecast = quiet_forecast()
-    response = await engine.run_batch(
-        [{"name": "a"}] * 3, read, settings(batch_timeout=0.1), None, frozenset(), forecast
-    )
-    errors = [item["error"] for item in response["results"]]
-    assert errors[0].startswith("TimeoutError: cancelled while running")
-    assert all(error.startswith("TimeoutError: not dispatched") for error in errors[1:])
-    assert forecast.expects_waits
 
 
 async def left_for_the_cycle_collector(batch: Callable[[], Awaitable[object]]) -> list[str]:
@@ -288,12 +139,8 @@ async def left_for_the_cycle_collector(batch: Callable[[], Awaitable[object]]) -
 
 @on_each_backend
 async def test_a_batch_leaves_nothing_for_the_cycle_collector() -> None:
-    # Whether workers were started or not, the run and its items go as soon as the caller drops the answer.
-    readers = {  # no wait, brief waits (the ramp starts, then is cancelled), long waits (workers start)
-        "none": lambda: task_recording_reader([], 0),
-        "brief": lambda: briefly_waiting_reader([]),
-        "long": lambda: task_recording_reader([], 0.005),
-    }
+    # The batch and its items go as soon as the caller drops the answer, whether its calls waited or not.
+    readers = {"none": lambda: sleeping_reader(0), "long": lambda: sleeping_reader(0.005)}
     for waits, reader in readers.items():
         left = await left_for_the_cycle_collector(functools.partial(run, [{"name": "a"}] * 10, reader(), concurrency=4))
         assert left == [], f"reference cycles through {left} (waits: {waits})"
@@ -317,28 +164,20 @@ def hanging_batch(concurrency: int, waiting: int) -> tuple[Callable[..., Awaitab
 
 async def cancel_once_reached(reached: anyio.Event, scope: anyio.CancelScope) -> None:
     await reached.wait()
-    await anyio.sleep(0.01)  # the ramp is asleep, or the workers wait
+    await anyio.sleep(0.01)  # the workers wait
     scope.cancel()
 
 
 @on_each_backend
-@pytest.mark.parametrize(
-    ("concurrency", "waiting", "ramp_wait"),
-    [
-        pytest.param(1, 1, engine.RAMP_WAIT, id="one-worker"),
-        pytest.param(4, 4, engine.RAMP_WAIT, id="workers-started"),
-        pytest.param(4, 1, 60, id="ramp-watching"),  # the ramp waits, and no worker has started
-    ],
-)
+@pytest.mark.parametrize(("concurrency", "waiting"), [(1, 1), (4, 4)], ids=["one-worker", "four-workers"])
 @pytest.mark.parametrize("caller", ["own-scope", "task-group"])
 async def test_a_cancelled_batch_leaves_nothing_for_the_cycle_collector(
-    concurrency: int, waiting: int, ramp_wait: float, caller: str, monkeypatch: pytest.MonkeyPatch
+    concurrency: int, waiting: int, caller: str
 ) -> None:
     # The caller cancels while entries wait: by a scope around the batch in its own task (as the MCP
     # SDKs do), or by cancelling the task group the batch runs in, whose task then ends with the
     # cancellation. A cancellation's traceback holds every frame it came through, and anyio's task
     # group keeps the exception that ends a task in a reference cycle.
-    monkeypatch.setattr(engine, "RAMP_WAIT", ramp_wait)
 
     async def cancelled() -> None:
         batch, reached = hanging_batch(concurrency, waiting)
@@ -383,7 +222,7 @@ async def test_a_call_past_its_time_limit_leaves_nothing_for_the_cycle_collector
 async def test_nothing_is_read_when_the_batch_is_rejected() -> None:
     seen: list[str] = []
 
-    async def spy(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def spy(call: ValidCall, max_bytes: int) -> Outcome:
         seen.append(call.name)
         return Outcome("ok", TOOL, result=1)
 
@@ -484,7 +323,7 @@ async def test_an_unknown_key_fails_only_its_entry_and_only_after_the_documented
     """A misspelled ``argumnts`` would have run the call with ``{}``: it is refused, and nothing is read for it."""
     seen: list[str] = []
 
-    async def spy(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def spy(call: ValidCall, max_bytes: int) -> Outcome:
         seen.append(call.id)
         return Outcome("ok", TOOL, result=1)
 
@@ -499,7 +338,7 @@ async def test_an_unknown_key_fails_only_its_entry_and_only_after_the_documented
 
 def test_the_call_keys_are_the_published_schemas() -> None:
     schema = models.input_schema()["properties"]["calls"]["items"]
-    assert set(schema["properties"]) == engine.ENTRY_KEYS and schema["additionalProperties"] is False
+    assert set(schema["properties"]) == entries.ENTRY_KEYS and schema["additionalProperties"] is False
 
 
 async def test_eight_levels_are_allowed_nine_are_not() -> None:
@@ -509,13 +348,13 @@ async def test_eight_levels_are_allowed_nine_are_not() -> None:
 
 
 async def test_item_keys_counts_and_failed_lists() -> None:
-    async def mixed(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def mixed(call: ValidCall, max_bytes: int) -> Outcome:
         if call.name == "bad":
             return Outcome("error", TOOL, error="boom")
         return Outcome("ok", TOOL, result=[call.id])
 
     response = await run([{"name": "good", "id": "g"}, {"name": "bad", "id": "b"}, 3, {"name": "good"}], mixed)
-    assert list(response) == ["ok", "results", "counts", "failed_ids", "failed_indexes", "truncated"]
+    assert list(response) == ["ok", "results", "counts", "failed_ids", "failed_indexes", "truncated", "rate"]
     assert list(response["results"][0]) == ["index", "id", "tool", "server", "status", "result"]
     assert list(response["results"][1]) == ["index", "id", "tool", "server", "status", "error"]
     assert response["ok"] is False
@@ -529,7 +368,7 @@ async def test_the_share_reserves_the_envelope_and_the_items_with_a_floor() -> N
     shares = {item["result"]["max_bytes"] for item in response["results"]}
     assert len(shares) == 1 and 300_000 // 5 - 200 < shares.pop() < 300_000 // 5
     response = await run([{"name": "a"}] * 25, response_max_bytes=2_000)
-    assert {item["result"]["max_bytes"] for item in response["results"] if item.get("result")} <= {engine.MIN_SHARE}
+    assert {item["result"]["max_bytes"] for item in response["results"] if item.get("result")} <= {items.MIN_SHARE}
     # invalid entries take no share: their items are reserved whole, the rest goes to the valid ones
     mixed = await run([{"name": "a"}, {"name": 7}, {"name": "b"}], response_max_bytes=30_000)
     assert mixed["results"][0]["result"]["max_bytes"] > 30_000 // 3
@@ -538,7 +377,7 @@ async def test_the_share_reserves_the_envelope_and_the_items_with_a_floor() -> N
 def filling(server: str) -> Any:
     """A reader whose every result is exactly its share, as compact JSON."""
 
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
         result = {"blob": "x" * (max_bytes - len('{"blob":""}'))}
         assert len(json.dumps(result, separators=(",", ":"))) == max_bytes
         return Outcome("ok", ToolRef(call.name, server, {"readOnlyHint": True}), result=result)
@@ -546,7 +385,15 @@ def filling(server: str) -> Any:
     return read
 
 
-LONGEST = ("i" * 100, "s" * engine.SERVER_NAME_RESERVE)
+def wire_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def item_of(call: ValidCall, outcome: Outcome) -> dict[str, Any]:
+    return items.make_item(call.index, call.id, call.name, outcome.tool.server if outcome.tool else None, outcome)
+
+
+LONGEST = ("i" * 100, "s" * items.SERVER_NAME_RESERVE)
 
 
 @pytest.mark.parametrize("budget", [40_000, 100_000, 300_000, 1_000_000])
@@ -560,7 +407,8 @@ async def test_n_results_each_filling_its_share_all_come_back_whole(
     response = await run(calls, filling(server), response_max_bytes=budget)
     assert response["truncated"] is False and response["ok"] is True
     assert all(item["result"] is not None for item in response["results"]) and len(response["results"]) == n
-    unused = n * (engine.SERVER_NAME_RESERVE - len(server) + 1)  # room a shorter server name leaves, and rounding
+    unused = n * (items.SERVER_NAME_RESERVE - len(server) + 1)  # room a shorter server name leaves, and rounding
+    unused += wire_size(engine.RATE_PLACEHOLDER) - wire_size(response["rate"])  # its numbers, at their widest
     assert budget - unused <= len(json.dumps(response, separators=(",", ":"))) <= budget
 
 
@@ -572,11 +420,12 @@ async def test_escaped_and_non_ascii_ids_and_names_are_reserved_to_the_byte(n: i
     calls: list[Any] = [{"name": f"{odd[i % 5]}{i}", "id": f"{odd[(i + 2) % 5]}#{i}"} for i in range(n)]
     if n > 1:
         calls[1] = {"name": 7, "id": "bad é"}  # an invalid entry, reserved whole
-    response = await run(calls, filling("s" * engine.SERVER_NAME_RESERVE), response_max_bytes=60_000)
+    response = await run(calls, filling("s" * items.SERVER_NAME_RESERVE), response_max_bytes=60_000)
     assert response["truncated"] is False
     size = len(json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode())
     valid = n - (n > 1)
-    assert 60_000 - valid <= size <= 60_000  # only the rounding of the even split is left over
+    rate_room = wire_size(engine.RATE_PLACEHOLDER) - wire_size(response["rate"])  # its numbers, at their widest
+    assert 60_000 - valid - rate_room <= size <= 60_000  # only the rounding of the even split is left over
 
 
 ODD_TEXT = ['q"uo\\te', "tab\tnl\n\x01", "é€😀", "\u2028\x7f", "plain"]
@@ -586,41 +435,41 @@ ODD_RESULTS: list[Any] = [None, 0, -1.5e-7, True, "é\n", [], {'k"': [1, {"b": N
 @pytest.mark.parametrize("server", [None, "", "srv", *ODD_TEXT])
 def test_an_ok_items_size_without_encoding_its_own_keys_is_its_whole_encodings(server: Any) -> None:
     calls = [{"name": f"{ODD_TEXT[i % 5]}{i}", "id": f"{ODD_TEXT[(i + 2) % 5]}#{i}"} for i in range(12)]
-    entries = [engine.parse_entry(index, call) for index, call in enumerate(calls)]
-    keys_sizes = engine.ok_keys_sizes(entries)
-    for call in entries:
+    parsed = [entries.parse_entry(index, call) for index, call in enumerate(calls)]
+    keys_sizes = items.ok_keys_sizes(parsed)
+    for call in parsed:
         assert isinstance(call, ValidCall)
         for result in ODD_RESULTS:
-            item = engine._item_of(call, Outcome("ok", ToolRef(call.name, server), result=result))
-            assert engine.ok_item_size(item, keys_sizes[call.index]) == engine.item_size(item) == budget.size(item)
+            item = item_of(call, Outcome("ok", ToolRef(call.name, server), result=result))
+            assert items.ok_item_size(item, keys_sizes[call.index]) == items.item_size(item) == budget.size(item)
 
 
 @pytest.mark.parametrize("server", [None, "", "srv", *ODD_TEXT])
 def test_a_failed_items_size_from_its_strings_is_its_whole_encodings(server: Any) -> None:
     calls = [{"name": f"{ODD_TEXT[i % 5]}{i}", "id": f"{ODD_TEXT[(i + 2) % 5]}#{i}"} for i in range(12)]
-    entries = [engine.parse_entry(index, call) for index, call in enumerate(calls)]
-    keys_sizes = engine.ok_keys_sizes(entries)
+    parsed = [entries.parse_entry(index, call) for index, call in enumerate(calls)]
+    keys_sizes = items.ok_keys_sizes(parsed)
     statuses = ["error", "blocked", "unknown_tool", "invalid_cursor", 'od"d\u2028']
-    for call in entries:
+    for call in parsed:
         assert isinstance(call, ValidCall)
         for status, error in itertools.product(statuses, [*ODD_TEXT, "", None, "e" * 900]):
-            item = engine._item_of(call, Outcome(status, ToolRef(call.name, server), error=error))
-            assert engine.failed_item_size(item, keys_sizes[call.index]) == engine.item_size(item) == budget.size(item)
+            item = item_of(call, Outcome(status, ToolRef(call.name, server), error=error))
+            assert items.failed_item_size(item, keys_sizes[call.index]) == items.item_size(item) == budget.size(item)
 
 
 def test_a_failed_item_with_broken_unicode_fails_as_its_whole_encoding_does() -> None:
-    call = engine.parse_entry(0, {"name": "read"})
+    call = entries.parse_entry(0, {"name": "read"})
     assert isinstance(call, ValidCall)
-    item = engine._item_of(call, Outcome("error", TOOL, error="bad \ud800 text"))
+    item = item_of(call, Outcome("error", TOOL, error="bad \ud800 text"))
     with pytest.raises(UnicodeEncodeError):
-        engine.item_size(item)
+        items.item_size(item)
     with pytest.raises(UnicodeEncodeError):
-        engine.failed_item_size(item, engine.ok_keys_sizes([call])[0])
+        items.failed_item_size(item, items.ok_keys_sizes([call])[0])
 
 
 @pytest.mark.parametrize("status", ["error", "blocked", "unknown_tool"])
 async def test_a_failed_entry_with_broken_unicode_in_its_error_keeps_its_status_and_error(status: str) -> None:
-    async def broken(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def broken(call: ValidCall, max_bytes: int) -> Outcome:
         return Outcome(status, TOOL, error="bad \ud800\udfff text é" if call.name == "bad" else "fine")
 
     response = await run([{"name": "bad"}, {"name": "good"}], broken)
@@ -636,7 +485,7 @@ async def test_a_failed_entry_with_broken_unicode_in_its_error_keeps_its_status_
 async def test_a_server_name_with_broken_unicode_is_mended_and_the_entry_kept(status: str) -> None:
     broken_server = ToolRef("read", "srv\udc80")
 
-    async def from_broken_server(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def from_broken_server(call: ValidCall, max_bytes: int) -> Outcome:
         if status == "ok":
             return Outcome("ok", broken_server, result={"n": call.index})
         return Outcome("error", broken_server, error="down")
@@ -662,7 +511,7 @@ async def test_a_server_name_with_broken_unicode_is_mended_and_the_entry_kept(st
 )
 async def test_a_result_whose_own_methods_raise_fails_its_entry_not_the_batch(result: Any, answered: Any) -> None:
     # Encoding such a result raised the methods' RuntimeError out of the batch, and every entry was lost.
-    async def odd(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def odd(call: ValidCall, max_bytes: int) -> Outcome:
         return Outcome("ok", TOOL, result=result if call.name == "odd" else {"n": call.index})
 
     response = await run([{"name": "odd"}, {"name": "plain"}], odd)
@@ -716,13 +565,13 @@ def looped() -> dict[str, Any]:
     ids=["cycle", "lone-surrogate", "not-json", "too-deep"],
 )
 def test_an_ok_item_that_cannot_be_sized_fails_as_its_whole_encoding_does(make: Callable[[], Any]) -> None:
-    call = engine.parse_entry(0, {"name": "read"})
+    call = entries.parse_entry(0, {"name": "read"})
     assert isinstance(call, ValidCall)
-    item = engine._item_of(call, Outcome("ok", TOOL, result=make()))
+    item = item_of(call, Outcome("ok", TOOL, result=make()))
     with pytest.raises((TypeError, ValueError, RecursionError)) as whole:
-        engine.item_size(item)
+        items.item_size(item)
     with pytest.raises(type(whole.value)):
-        engine.ok_item_size(item, engine.ok_keys_sizes([call])[0])
+        items.ok_item_size(item, items.ok_keys_sizes([call])[0])
 
 
 async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None:
@@ -730,10 +579,10 @@ async def test_full_shares_beside_invalid_and_failed_entries_still_fit() -> None
     calls.append({"name": "ok_c"})
     reader = filling("srv")
 
-    async def mixed(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def mixed(call: ValidCall, max_bytes: int) -> Outcome:
         if call.name == "fails":
             return Outcome("error", TOOL, error="e" * 400)
-        return await reader(call, max_bytes, guards)
+        return await reader(call, max_bytes)
 
     response = await run(calls, mixed, response_max_bytes=20_000)
     assert response["truncated"] is False
@@ -747,7 +596,7 @@ async def test_the_batch_never_calls_itself() -> None:
 
 
 async def test_errors_are_cut_to_500_characters() -> None:
-    async def wordy(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def wordy(call: ValidCall, max_bytes: int) -> Outcome:
         return Outcome("error", TOOL, error="e" * 5000)
 
     response = await run([{"name": "a"}], wordy)
@@ -758,7 +607,7 @@ async def test_a_result_json_cannot_encode_becomes_an_error_item() -> None:
     looped: dict[str, Any] = {}
     looped["self"] = looped
 
-    async def odd(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def odd(call: ValidCall, max_bytes: int) -> Outcome:
         return Outcome("ok", TOOL, result={"loop": looped} if call.name == "odd" else 1)
 
     response = await run([{"name": "odd"}, {"name": "fine"}], odd)
@@ -783,7 +632,7 @@ async def test_a_result_that_is_not_plain_json_is_written_as_a_server_sdk_writes
         "odd": {"ratio": math.inf, "raw": b"bytes"},
     }
 
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
         return Outcome("ok", TOOL, result=answers[call.name])
 
     response = await run([{"name": name} for name in answers], read)
@@ -796,7 +645,7 @@ async def test_a_result_that_is_not_plain_json_is_written_as_a_server_sdk_writes
 
 
 async def test_a_raising_reader_fails_only_its_entry() -> None:
-    async def fragile(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def fragile(call: ValidCall, max_bytes: int) -> Outcome:
         if call.name == "x":
             raise RuntimeError("reader broke")
         return Outcome("ok", TOOL, result=1)
@@ -813,7 +662,7 @@ async def test_an_error_a_task_group_wraps_alone_is_told_as_itself() -> None:
     async def fail(text: str) -> None:
         raise ConnectionError(text)
 
-    async def grouped(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def grouped(call: ValidCall, max_bytes: int) -> Outcome:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(fail, f"{call.name}: backend refused the connection")
             if call.name == "two":
@@ -834,21 +683,17 @@ class Tracker:
         self.peak_by_server: dict[str, int] = {}
         self.by_server: dict[str, int] = {}
 
-    async def reader(self, call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        tool = ToolRef(
-            call.name, call.arguments.get("server", "srv"), {"readOnlyHint": True}, call.arguments.get("cap")
-        )
-        async with guards.server_slot(tool):
-            self.running += 1
-            server = tool.server or ""
-            self.by_server[server] = self.by_server.get(server, 0) + 1
-            self.peak = max(self.peak, self.running)
-            self.peak_by_server[server] = max(self.peak_by_server.get(server, 0), self.by_server[server])
-            # finish in reverse order of start, so call order cannot come from completion order
-            await anyio.sleep(self.longest * (30 - call.index) / 30)
-            self.running -= 1
-            self.by_server[server] -= 1
-        return Outcome("ok", tool, result=call.index)
+    async def reader(self, call: ValidCall, max_bytes: int) -> Outcome:
+        server = call.arguments.get("server", "srv")  # the cap the host resolved the tool with holds around this
+        self.running += 1
+        self.by_server[server] = self.by_server.get(server, 0) + 1
+        self.peak = max(self.peak, self.running)
+        self.peak_by_server[server] = max(self.peak_by_server.get(server, 0), self.by_server[server])
+        # finish in reverse order of start, so call order cannot come from completion order
+        await anyio.sleep(self.longest * (30 - call.index) / 30)
+        self.running -= 1
+        self.by_server[server] -= 1
+        return Outcome("ok", TOOL, result=call.index)
 
 
 @pytest.mark.parametrize("concurrency", [1, 4, 25])
@@ -875,29 +720,26 @@ async def test_a_servers_own_cap_holds_under_the_batch_cap() -> None:
 async def test_the_call_timeout_makes_that_entry_an_error() -> None:
     cancelled = []
 
-    async def hangs(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        with guards.dispatching() as scope:
-            try:
-                await anyio.sleep(0 if call.name == "quick" else 30)
-            finally:
-                cancelled.append(scope.cancel_called)
-        if scope.cancelled_caught:
-            return Outcome("error", TOOL, error="timed out")
+    async def hangs(call: ValidCall, max_bytes: int) -> Outcome:
+        try:
+            await anyio.sleep(0 if call.name == "quick" else 30)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(call.name)
+            raise
         return Outcome("ok", TOOL, result="done")
 
     with anyio.fail_after(10):
         response = await run([{"name": "slow"}, {"name": "quick"}], hangs, call_timeout=0.05)
     assert [item["status"] for item in response["results"]] == ["error", "ok"]
-    assert True in cancelled
+    assert response["results"][0]["error"] == engine.call_timed_out(0.05) and cancelled == ["slow"]
 
 
 async def test_the_batch_deadline_cancels_running_and_skips_unstarted_entries() -> None:
     dispatched: list[int] = []
 
-    async def slow(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        with guards.dispatching():
-            dispatched.append(call.index)
-            await anyio.sleep(0 if call.index == 0 else 30)
+    async def slow(call: ValidCall, max_bytes: int) -> Outcome:
+        dispatched.append(call.index)
+        await anyio.sleep(0 if call.index == 0 else 30)
         return Outcome("ok", TOOL, result=call.index)
 
     with anyio.fail_after(10):
@@ -930,7 +772,9 @@ async def test_observer_sees_every_item_and_increasing_progress() -> None:
 
     recorder = Recorder()
     tracker = Tracker()
-    await engine.run_batch([{"name": "t", "id": f"e{i}"} for i in range(7)] + [5], tracker.reader, settings(), recorder)
+    await engine.run_batch(
+        [{"name": "t", "id": f"e{i}"} for i in range(7)] + [5], ReaderHost(tracker.reader), settings(), recorder
+    )
     assert sorted(item["index"] for item in recorder.items) == list(range(8))
     assert [done for done, _, _ in recorder.progress_values] == list(range(1, 9))
     assert {total for _, total, _ in recorder.progress_values} == {8}
@@ -949,41 +793,16 @@ async def test_an_item_observer_is_told_each_entry_s_seconds_also_of_one_its_tim
         def item_completed(self, item: dict[str, Any], seconds: float) -> None:
             self.seconds[item["index"]] = seconds
 
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        try:
-            await guards.dispatch(anyio.sleep(0.03 if call.index == 0 else 5))
-        finally:
-            guards.dispatch_ended()
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
+        await anyio.sleep(0.03 if call.index == 0 else 5)
         return Outcome("ok", TOOL, result=call.index)
 
     observer = Timing()
     response = await engine.run_batch(
-        [{"name": "t"}] * 2, read, settings(call_timeout=0.08, concurrency=concurrency), observer
+        [{"name": "t"}] * 2, ReaderHost(read), settings(call_timeout=0.08, concurrency=concurrency), observer
     )
     assert [item["status"] for item in response["results"]] == ["ok", "error"]
     assert 0.03 <= observer.seconds[0] < 4 and 0.08 <= observer.seconds[1] < 4  # the entry's own, not the clock's
-
-
-async def test_an_observer_that_hears_no_items_is_told_only_of_progress_and_the_batch() -> None:
-    class ItemsUnheard(engine.QuietObserver):
-        hears_items = False  # nobody behind its item_completed: the engine does not call it
-
-        def __init__(self) -> None:
-            self.told: list[str] = []
-
-        def item_completed(self, item: dict[str, Any], seconds: float) -> None:
-            self.told.append("item")
-
-        async def progress(self, done: int, total: int, message: str) -> None:
-            self.told.append(f"progress {done}")
-
-        def batch_completed(self, response: dict[str, Any], seconds: float) -> None:
-            self.told.append("completed")
-
-    observer = ItemsUnheard()
-    response = await engine.run_batch([{"name": "t"}, 5, {"name": "t"}], echo_reader, settings(), observer)
-    assert [item["status"] for item in response["results"]] == ["ok", "invalid_call", "ok"]
-    assert observer.told == ["progress 1", "progress 2", "progress 3", "completed"]
 
 
 # -- backends that raise BaseException or cancel themselves ------------------------------
@@ -1005,12 +824,12 @@ async def self_cancelling() -> None:
         (lambda: SystemExit(2), "SystemExit: 2"),
         (lambda: KeyboardInterrupt(), "KeyboardInterrupt"),
         (lambda: Abort("stop"), "Abort: stop"),
-        pytest.param(None, engine.describe(asyncio.CancelledError()), marks=needs_cancelling),
+        pytest.param(None, errors.describe(asyncio.CancelledError()), marks=needs_cancelling),
     ],
     ids=["SystemExit", "KeyboardInterrupt", "custom", "own-CancelledError"],
 )
 async def test_a_reader_raising_a_base_exception_fails_only_its_entry(raised: Any, error: str) -> None:
-    async def fragile(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def fragile(call: ValidCall, max_bytes: int) -> Outcome:
         if call.name == "x":
             if raised is None:
                 await self_cancelling()
@@ -1026,9 +845,9 @@ async def test_a_reader_raising_a_base_exception_fails_only_its_entry(raised: An
 
 def test_an_own_cancellation_is_described_truthfully() -> None:
     own = "CancelledError: raised by the call itself; no time limit passed and the client did not cancel"
-    assert engine.describe(asyncio.CancelledError()) == own
-    assert engine.describe(SystemExit(2)) == "SystemExit: 2"
-    assert engine.describe(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert errors.describe(asyncio.CancelledError()) == own
+    assert errors.describe(SystemExit(2)) == "SystemExit: 2"
+    assert errors.describe(KeyboardInterrupt()) == "KeyboardInterrupt"
 
 
 async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> None:
@@ -1036,23 +855,23 @@ async def test_must_propagate_tells_a_real_cancellation_from_a_raised_one() -> N
     try:
         await self_cancelling()
     except asyncio.CancelledError as exc:
-        seen["raised"] = engine.must_propagate(exc)
+        seen["raised"] = errors.must_propagate(exc)
     with anyio.CancelScope() as scope:
         scope.cancel()
         try:
             await anyio.sleep(1)
         except asyncio.CancelledError as exc:
-            seen["scope"] = engine.must_propagate(exc)
+            seen["scope"] = errors.must_propagate(exc)
             raise
-    seen["closed"] = engine.must_propagate(GeneratorExit())
-    seen["exit"] = engine.must_propagate(SystemExit(1))
+    seen["closed"] = errors.must_propagate(GeneratorExit())
+    seen["exit"] = errors.must_propagate(SystemExit(1))
     assert seen == {"raised": not TELLS_OWN_CANCELLATION, "scope": True, "closed": True, "exit": False}
 
 
 async def test_a_plain_task_cancel_still_cancels_the_batch_and_its_reads() -> None:
     started, running, cancelled = asyncio.Event(), [], []
 
-    async def hangs(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
+    async def hangs(call: ValidCall, max_bytes: int) -> Outcome:
         running.append(call.index)
         if len(running) == 2:  # the second worker starts once the first entry has waited a while
             started.set()
@@ -1095,7 +914,9 @@ async def test_a_plain_task_cancel_the_backend_swallows_still_cancels_the_batch(
 
     watcher = CancelWatcher(report_wait=0)
     batch = asyncio.ensure_future(
-        engine.run_batch([{"name": "a"}] * 3, dispatching_reader(swallows), settings(concurrency=concurrency), watcher)
+        engine.run_batch(
+            [{"name": "a"}] * 3, ReaderHost(dispatching_reader(swallows)), settings(concurrency=concurrency), watcher
+        )
     )
     await reached.wait()
     batch.cancel()
@@ -1120,12 +941,11 @@ async def test_a_single_read_whose_backend_swallows_a_plain_task_cancel_is_cance
             return "answered anyway"
         return "never"
 
-    async def single_read() -> Any:
-        guards = Guards(call_timeout=20)
-        try:
-            return await guards.dispatch(swallows(), TOOL)
-        finally:
-            guards.dispatch_ended()
+    async def swallowing_read(call: ValidCall, max_bytes: int) -> Outcome:
+        return Outcome("ok", TOOL, result=await swallows())
+
+    async def single_read() -> Outcome:
+        return await engine.read_one("a", {}, None, ReaderHost(swallowing_read), settings(call_timeout=20), 1024)
 
     read = asyncio.ensure_future(single_read())
     await reached.wait()
@@ -1151,20 +971,14 @@ async def test_a_backends_own_asyncio_timeout_is_not_the_batchs_cancellation() -
     assert [item["result"] for item in response["results"]] == ["gave up", "gave up"]
 
 
-# -- the call time limit on the worker's scope (Guards.dispatch) ------------------------------
+# -- the call time limit, a cancel scope around each dispatch -------------------------------
 
 
-def dispatching_reader(backend: Any) -> Any:
-    """A reader that sends ``backend(call)`` through ``guards.dispatch``, as the host pipeline does."""
+def dispatching_reader(backend: Any) -> Reader:
+    """A reader whose outcome is ``ok`` with what ``backend(call)`` answers."""
 
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        try:
-            answer = await guards.dispatch(backend(call), TOOL)
-        finally:
-            late = guards.dispatch_ended()
-        if late:
-            return Outcome("error", TOOL, error=engine.call_timed_out(guards.call_timeout))
-        return Outcome("ok", TOOL, result=answer)
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
+        return Outcome("ok", TOOL, result=await backend(call))
 
     return read
 
@@ -1230,23 +1044,6 @@ async def test_a_single_worker_stops_at_the_batch_limit_sooner_than_the_call_lim
     assert errors[2] == "TimeoutError: not dispatched: the batch time limit of 0.1s passed first"
 
 
-async def test_a_call_that_never_waits_arms_no_deadline() -> None:
-    scopes: list[float] = []
-
-    async def instant(call: ValidCall) -> int:
-        return call.index
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        outcome: Outcome = await dispatching_reader(instant)(call, max_bytes, guards)
-        assert guards.scope is not None
-        scopes.append(guards.scope.deadline)
-        return outcome
-
-    response = await run([{"name": "a"}] * 3, read, concurrency=4)
-    # the worker's scope kept the batch's deadline throughout: no call deadline was set on it
-    assert response["ok"] is True and len(set(scopes)) == 1 and math.isfinite(scopes[0])
-
-
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_an_answer_that_came_after_the_batch_limit_is_reported_at_that_limit(concurrency: int) -> None:
     async def swallows(call: ValidCall) -> str:
@@ -1287,7 +1084,7 @@ async def test_a_stalled_progress_report_does_not_hold_a_batch_past_its_limit() 
     with anyio.fail_after(10):
         response = await engine.run_batch(
             [{"name": "hangs"}],
-            dispatching_reader(hangs),
+            ReaderHost(dispatching_reader(hangs)),
             settings(call_timeout=0.05, batch_timeout=0.3),
             StalledProgress(),
         )
@@ -1313,7 +1110,7 @@ async def test_stalled_progress_reports_of_the_batch_limit_are_cut_after_a_grace
     with anyio.fail_after(20):
         response = await engine.run_batch(
             [{"name": "hangs"}] * 3,
-            dispatching_reader(hangs),
+            ReaderHost(dispatching_reader(hangs)),
             settings(concurrency=concurrency, call_timeout=10, batch_timeout=0.3),
             observer,
         )
@@ -1321,35 +1118,6 @@ async def test_stalled_progress_reports_of_the_batch_limit_are_cut_after_a_grace
     assert [item["status"] for item in response["results"]] == ["error"] * 3
     assert all("the batch time limit of 0.3s passed" in item["error"] for item in response["results"])
     assert sorted(item["index"] for item in items) == [0, 1, 2]  # every item kept and observed, told or not
-
-
-async def test_a_cancellation_that_tips_the_ramp_starts_no_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The client cancels while entry 1 waits, before the ramp fires; the cancelled wait tips the
-    # waits past RAMP_WAIT and half the batch's time, so ``resumed`` starts the other workers in
-    # the cancelled group: none of them may take an entry.
-    monkeypatch.setattr(engine, "RAMP_WAIT", 0.05)  # room for the timings
-    started: list[tuple[int, float]] = []
-
-    async def read(call: ValidCall, max_bytes: int, guards: Guards) -> Outcome:
-        started.append((call.index, anyio.current_time()))
-        await anyio.sleep(0.035 if call.index == 0 else 30)
-        return Outcome("ok", TOOL, result=call.index)
-
-    cancelled_at = math.inf
-    with anyio.fail_after(5), anyio.CancelScope() as outer:
-        async with anyio.create_task_group() as tasks:
-
-            async def cancel_soon() -> None:
-                nonlocal cancelled_at
-                while len(started) < 2:
-                    await anyio.sleep(0.001)
-                await anyio.sleep(0.025)
-                cancelled_at = anyio.current_time()
-                outer.cancel()
-
-            tasks.start_soon(cancel_soon)
-            await run([{"name": "a"}] * 10, read, concurrency=8)
-    assert [index for index, at in started if at >= cancelled_at] == []
 
 
 class CancelWatcher(engine.QuietObserver):
@@ -1383,7 +1151,7 @@ async def cancel_mid_batch(watcher: CancelWatcher, concurrency: int) -> float:
             tasks.start_soon(
                 engine.run_batch,
                 [{"name": "quick"}, {"name": "hang"}, {"name": "quick"}],
-                dispatching_reader(backend),
+                ReaderHost(dispatching_reader(backend)),
                 settings(concurrency=concurrency),
                 watcher,
             )
@@ -1407,3 +1175,174 @@ async def test_a_cancelled_batchs_report_that_hangs_is_cut_after_the_grace(monke
     watcher = CancelWatcher(report_wait=30)
     took = await cancel_mid_batch(watcher, concurrency=1)
     assert took < 5 and watcher.cancelled == []  # cut at 0.1 s; the cancellation still went through
+
+
+# -- identical reads share one call ---------------------------------------------------------
+
+
+async def test_identical_reads_share_one_call_and_each_keeps_its_own_item() -> None:
+    calls_made: list[int] = []
+
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
+        calls_made.append(call.index)
+        return Outcome("ok", TOOL, result={"site": call.arguments.get("site")})
+
+    calls = [
+        {"name": "a", "arguments": {"site": 1, "page": 2}, "id": "first"},
+        {"name": "a", "arguments": {"site": 2}},
+        {"name": "a", "arguments": {"page": 2, "site": 1}, "id": "again"},  # the same arguments, in another order
+        {"name": "b", "arguments": {"site": 1, "page": 2}},  # another tool
+        {"name": "a", "arguments": {"site": 1, "page": 2}, "cursor": "c1"},  # another cursor
+        {"name": "a", "arguments": {"site": 2}},
+    ]
+    response = await run(calls, read, share_identical_reads=True)
+    assert calls_made == [0, 1, 3, 4]  # one call for each distinct read, made by its first entry
+    assert response["shared_calls"] == [[0, 2], [1, 5]]
+    assert [item["id"] for item in response["results"]] == ["first", "1", "again", "3", "4", "5"]
+    assert response["results"][2]["result"] == response["results"][0]["result"] == {"site": 1}
+    assert response["rate"]["tokens"] == 4 and response["counts"]["succeeded"] == 6
+
+
+async def test_shared_reads_fill_their_shares_and_the_answer_still_fits() -> None:
+    response = await run([{"name": "same"}] * 25, filling("srv"), share_identical_reads=True, response_max_bytes=60_000)
+    assert response["truncated"] is False and response["shared_calls"] == [list(range(25))]
+    assert wire_size(response) <= 60_000 and all(item["result"] for item in response["results"])
+
+
+async def test_reads_are_not_shared_when_the_setting_or_the_tool_says_no() -> None:
+    host = ReaderHost(echo_reader)
+    unshared = await engine.run_batch([{"name": "a"}] * 3, host, settings(share_identical_reads=False))
+    assert "shared_calls" not in unshared and unshared["rate"]["tokens"] == 3
+
+    class NotIdempotent(ReaderHost):
+        async def resolve(self, call: ValidCall) -> Ready | Outcome:
+            return Ready(call, ToolRef(call.name, "srv", {"readOnlyHint": True, "idempotentHint": False}))
+
+    queue = await engine.run_batch(
+        [{"name": "pop"}] * 3, NotIdempotent(echo_reader), settings(share_identical_reads=True)
+    )
+    assert "shared_calls" not in queue and queue["rate"]["tokens"] == 3
+
+
+# -- the account's rate: one booking a batch ------------------------------------------------
+
+
+class Bookings:
+    """A limiter's bookings as the engine sees them: ``waits`` for every call (those past ``within`` are left
+    out), and the positions given back."""
+
+    def __init__(self, wait_of: Callable[[int], float], next_free: float = 9.0, starts_by: float = math.inf) -> None:
+        self.wait_of, self.next_free, self.starts_by = wait_of, next_free, starts_by
+        self.given_back: list[list[int]] = []
+        self.booked = 0
+
+    def __call__(self, count: int, within: float) -> RateBooking:
+        waits = [self.wait_of(self.booked + i) for i in range(count)]
+        waits = [wait for wait in waits if wait <= within]
+        self.booked += len(waits)
+        return RateBooking(waits, [wait + self.starts_by for wait in waits], self.next_free, self.give_back)
+
+    def give_back(self, positions: list[int]) -> None:
+        self.given_back.append(positions)
+
+
+def timed_reader(started: list[tuple[int, float]], seconds: float = 0.0) -> Reader:
+    async def read(call: ValidCall, max_bytes: int) -> Outcome:
+        started.append((call.index, anyio.current_time()))
+        await anyio.sleep(seconds)
+        return Outcome("ok", TOOL, result=call.index)
+
+    return read
+
+
+async def test_each_call_starts_at_its_slot_from_one_booking() -> None:
+    started: list[tuple[int, float]] = []
+    bookings = Bookings(lambda position: 0.1 * position)
+    host = ReaderHost(timed_reader(started), bookings)
+    began = anyio.current_time()
+    response = await engine.run_batch([{"name": f"t{i}"} for i in range(4)], host, settings(concurrency=4))
+    assert host.reserved == [(4, pytest.approx(300, abs=1))]  # one booking, within the batch time limit
+    offsets = [at - began for _, at in sorted(started)]
+    assert [round(offset, 1) for offset in offsets] == [0.0, 0.1, 0.2, 0.3]
+    assert response["rate"]["tokens"] == 4 and response["rate"]["waited_seconds"] == pytest.approx(0.3, abs=0.01)
+    assert 8.0 < response["rate"]["next_free_seconds"] <= 9.0 and bookings.given_back == []
+
+
+async def test_a_call_the_rate_cannot_start_before_the_batch_limit_is_answered_at_once() -> None:
+    started: list[tuple[int, float]] = []
+    bookings = Bookings(lambda position: 2.0 * position, next_free=4.0)
+    host = ReaderHost(timed_reader(started), bookings)
+    with anyio.fail_after(5):
+        response = await engine.run_batch([{"name": f"t{i}"} for i in range(4)], host, settings(batch_timeout=3))
+    assert [index for index, _ in started] == [0, 1]  # slots at 0 and 2 s; 4 and 6 s are past the 3 s limit
+    late = response["results"][2]["error"]
+    assert late == "not dispatched: the account's rate would let this call start in 4.0 s at the soonest, " + (
+        "after the batch time limit of 3s"
+    )
+    assert response["results"][3]["error"] == late and response["rate"]["tokens"] == 2
+
+
+async def test_a_cancelled_batch_gives_back_the_slots_it_did_not_reach() -> None:
+    started: list[tuple[int, float]] = []
+    bookings = Bookings(lambda position: 0.0 if position < 2 else 30.0)
+    host = ReaderHost(timed_reader(started, seconds=30), bookings)
+    with anyio.move_on_after(0.2):
+        await engine.run_batch([{"name": f"t{i}"} for i in range(5)], host, settings(concurrency=4))
+    assert [index for index, _ in started] == [0, 1]
+    assert bookings.given_back == [[2, 3, 4]]  # the two started calls' tokens are spent; the rest go back
+
+
+async def test_a_batch_past_its_time_limit_gives_back_the_slots_it_did_not_reach() -> None:
+    bookings = Bookings(lambda position: 0.0 if position == 0 else 0.1)
+    host = ReaderHost(timed_reader([], seconds=30), bookings)  # one worker, held by the first call
+    response = await engine.run_batch(
+        [{"name": f"t{i}"} for i in range(3)], host, settings(batch_timeout=0.2, concurrency=1)
+    )
+    assert [item["status"] for item in response["results"]] == ["error"] * 3
+    assert bookings.given_back == [[1, 2]] and response["rate"]["tokens"] == 1
+
+
+async def test_once_the_workers_fall_behind_the_booking_the_rest_is_given_back_and_booked_as_reached() -> None:
+    # One worker, calls of 0.1 s, every slot at once but each good for 0.05 s only: the second call is
+    # reached too late for its slot, so the slots not used go back, and each call left books its own.
+    bookings = Bookings(lambda position: 0.0, starts_by=0.05)
+    host = ReaderHost(timed_reader([], seconds=0.1), bookings)
+    response = await engine.run_batch([{"name": f"t{i}"} for i in range(3)], host, settings(concurrency=1))
+    assert response["ok"] is True and [count for count, _ in host.reserved] == [3, 1, 1]
+    assert response["rate"]["tokens"] == 3 and bookings.given_back == [[1, 2]]
+
+
+async def test_progress_says_when_calls_wait_for_the_account_s_rate() -> None:
+    class Progress(engine.QuietObserver):
+        def __init__(self) -> None:
+            self.told: list[tuple[float, str]] = []
+
+        async def progress(self, done: int, total: int, message: str) -> None:
+            self.told.append((done, message))
+
+    observer = Progress()
+    host = ReaderHost(echo_reader, Bookings(lambda position: 0.15 * position))
+    calls: list[Any] = [{"name": "a"}, {"name": "b"}, {"name": "c"}, 7]
+    await engine.run_batch(calls, host, settings(), observer)
+    assert observer.told[0] == (
+        0,
+        "waiting for the account's rate: 2 of 3 backend calls start later, the last in 0.3 s",
+    )
+    assert [done for done, _ in observer.told] == [0, 1, 2, 3, 4]  # told first, then each entry, increasing
+    assert observer.told[1][1] == "3 (?): invalid_call"  # the entry answered before any call, told after the notice
+    assert observer.told[-1][1] == "2 (c): ok, after 0.3 s waiting for the account's rate"
+
+
+async def test_a_single_read_goes_through_the_same_stages_under_its_own_time_limit() -> None:
+    read = functools.partial(engine.read_one, "a", {"x": "\ud800"}, None)
+    refused = await read(ReaderHost(echo_reader), settings(), 1024)
+    assert (refused.status, refused.error) == ("invalid_call", "arguments must be JSON-serializable")
+    bookings = Bookings(lambda position: 5.0, next_free=5.0)
+    host = ReaderHost(echo_reader, bookings)
+    with anyio.fail_after(2):
+        late = await engine.read_one("a", {}, None, host, settings(call_timeout=1), 1024)
+    assert host.reserved == [(1, pytest.approx(1, abs=0.1))]  # nobody books past their own time limit
+    assert late.error == (
+        "not dispatched: the account's rate would let this call start in 5.0 s at the soonest, "
+        "after the call time limit of 1s"
+    )

@@ -10,8 +10,10 @@ import pluggy
 import pytest
 
 from centralmcp_batch import HostContractError, InvalidCursor, ToolRef, _compat, batch_tool, engine, hosting
+from centralmcp_batch.entries import parse_entry
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
+from centralmcp_batch.items import entry_share
 from centralmcp_batch.models import CallContext
 from centralmcp_batch.testing import call
 
@@ -79,19 +81,6 @@ def hooks_for(*plugins: object) -> HostHooks:
     return HostHooks(hosting.plugin_manager(*plugins))
 
 
-async def test_each_host_keeps_its_forecast_of_waits_across_its_batches(groups_opened: list[int]) -> None:
-    opened = groups_opened
-    host = SyncHost()
-    hooks, other_hooks = hooks_for(host), hooks_for(SyncHost())
-    calls = [{"name": "get_a"}, {"name": "get_b"}]
-    for _ in range(engine.QUIET_BATCHES + 2):  # nothing of a SyncHost waits
-        assert (await batch_tool.run(hooks, calls))["ok"] is True
-    assert len(opened) == engine.QUIET_BATCHES
-    assert (await batch_tool.run(other_hooks, calls))["ok"] is True  # another host starts with its own
-    assert len(opened) == engine.QUIET_BATCHES + 1
-    assert len(host.dispatched) == 2 * (engine.QUIET_BATCHES + 2)
-
-
 CALLS = [
     {"name": "get_a", "id": "a"},
     {"name": "set_b", "id": "b"},
@@ -123,7 +112,8 @@ async def test_every_status_through_sync_and_async_hosts(host_class: type) -> No
     # one token per backend call, drawn only after every local rejection
     assert sorted(host.tokens) == ["get_a", "get_d"]
     assert sorted(name for name, _, _ in host.dispatched) == ["get_a", "get_d"]
-    share = engine.entry_share([engine.parse_entry(index, entry) for index, entry in enumerate(CALLS)], 300_000)
+    entries = [parse_entry(index, entry) for index, entry in enumerate(CALLS)]
+    share = entry_share(entries, 300_000, extras={"rate": engine.RATE_PLACEHOLDER})
     assert {max_bytes for _, _, max_bytes in host.dispatched} == {share}
 
 

@@ -403,6 +403,7 @@ def _no_global_provider_is_left_behind() -> Iterator[None]:
     assert type(trace.get_tracer_provider()) is before
 
 
+@pytest.mark.usefixtures("each_entry_its_own_call")
 async def test_a_batch_the_client_cancels_ends_its_span_as_an_error_over_mcp(
     telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -381,7 +381,8 @@ def check_response(calls: Any, response: Any, host: HostileHost, env: Environmen
         assert host.dispatched == [] and host.tokens == [] and observed.items == []
         return
     assert len(wire.encode()) <= env.effective_budget
-    check_host_side(expected, host, env)
+    check_host_side(expected, host, env, calls)
+    check_shared(expected, response, calls)
     check_counts(expected, response, env)
     if response.get("skeleton"):
         check_skeleton(expected, response)
@@ -399,8 +400,24 @@ def allowed_statuses(entry: Expected, env: Environment) -> set[str]:
     return {entry.status}
 
 
-def check_host_side(expected: Sequence[Expected], host: HostileHost, env: Environment) -> None:
-    should = sorted(entry.tool for entry in expected if entry.dispatched)
+def backend_calls(expected: Sequence[Expected], calls: list[Any]) -> dict[tuple[Any, ...], list[int]]:
+    """The backend calls the batch should make, each with the entries it answers: identical reads share one."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for entry in expected:
+        if entry.dispatched:
+            raw = calls[entry.index]
+            arguments = json.dumps(raw.get("arguments") or {}, sort_keys=True)
+            groups.setdefault((entry.tool, arguments, raw.get("cursor")), []).append(entry.index)
+    return groups
+
+
+def check_shared(expected: Sequence[Expected], response: Mapping[str, Any], calls: list[Any]) -> None:
+    shared = [indexes for indexes in backend_calls(expected, calls).values() if len(indexes) > 1]
+    assert response.get("shared_calls", []) == shared, "identical reads must share one call, and be listed"
+
+
+def check_host_side(expected: Sequence[Expected], host: HostileHost, env: Environment, calls: list[Any]) -> None:
+    should = sorted(tool for tool, _, _ in backend_calls(expected, calls))
     assert set(host.dispatched) <= set(hosts.READ_TOOLS), "a write, unknown or router tool reached dispatch"
     if env.deadline_may_pass:
         assert len(host.dispatched) <= len(should) and set(host.dispatched) <= set(should)

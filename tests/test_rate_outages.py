@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -191,20 +192,20 @@ async def test_a_thread_stuck_in_the_store_fails_the_next_reservations_at_once(
     limiter = RateLimiter(store, 100.0, 5, retry_seconds=0.2)
     await limiter.acquire()
     file_system_back, refusals = threading.Event(), []
-    transaction, reserve = store._transaction, store.reserve
+    book, reserve = store._book, store.reserve
 
-    def hung(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> Reservation:
+    def hung(conn: sqlite3.Connection, key: str, *args: Any) -> Reservation:
         file_system_back.wait(timeout=30)
-        return transaction(conn, key, interval, burst)
+        return book(conn, key, *args)
 
-    async def counted(key: str, interval: float, burst: int) -> Reservation:
+    async def counted(key: str, *args: Any) -> Reservation:
         try:
-            return await reserve(key, interval, burst)
+            return await reserve(key, *args)
         except StoreUnavailable as exc:
             refusals.append(str(exc))
             raise
 
-    monkeypatch.setattr(store, "_transaction", hung)
+    monkeypatch.setattr(store, "_book", hung)
     monkeypatch.setattr(store, "reserve", counted)
     try:
         started = time.monotonic()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from centralmcp_batch.ratelimit import Pace, RateLimiter, Reservation, gcra, open_store, redis_store
+from centralmcp_batch.ratelimit import Pace, RateLimiter, gcra, open_store, redis_store
 from centralmcp_batch.ratelimit.config import BURST_ENV, KEY_ENV, RATE
 
 pytestmark = pytest.mark.anyio
@@ -112,7 +112,8 @@ async def test_the_pace_of_a_router_stopped_before_this_one_started_is_not_told(
 
 
 async def test_the_memory_store_shares_nothing_and_finds_no_pace() -> None:
-    assert await open_store("memory").reserve("k", 0.5, 2) == Reservation(0.0, None)
+    reservation = await open_store("memory").reserve("k", 0.5, 2)
+    assert reservation.waits == (0.0,) and reservation.other_pace is None
 
 
 # -- routers in real processes -----------------------------------------------------------
@@ -211,9 +212,11 @@ def previous_sqlite_reservation(path: str, key: str, interval: float, burst: int
         row = conn.execute("SELECT tat FROM gcra_buckets WHERE key = ?", (key,)).fetchone()
         seen = conn.execute("SELECT seen FROM gcra_clock WHERE key = ?", (key,)).fetchone()
         now = time.time()
-        tat, wait = gcra.reserve(
-            gcra.rebase(row[0] if row else 0.0, seen[0] if seen else None, now), now, interval, burst
-        )
+        # The previous version's arithmetic, written out: the TAT moves back with a clock stepped back,
+        # then one interval on from it or from now; the wait is to burst intervals before it.
+        tat = (row[0] if row else 0.0) - gcra.stepped_back(seen[0] if seen else None, now)
+        tat = max(tat, now) + interval
+        wait = max(0.0, tat - burst * interval - now)
         conn.execute(
             "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
             (key, tat),

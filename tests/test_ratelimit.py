@@ -29,7 +29,7 @@ from centralmcp_batch.ratelimit import (
 )
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.errors import StoreUnavailable
-from centralmcp_batch.ratelimit.gcra import reserve
+from centralmcp_batch.ratelimit import gcra
 
 pytestmark = pytest.mark.anyio
 LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
@@ -39,12 +39,54 @@ LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
 
 
 def test_gcra_gives_the_burst_at_once_then_one_slot_per_interval() -> None:
-    tat, waits = 0.0, []
-    for _ in range(6):
-        tat, wait = reserve(tat, 100.0, 0.5, 3)
-        waits.append(wait)
-    assert waits == [0.0, 0.0, 0.0, 0.5, 1.0, 1.5]
-    assert reserve(tat, 1000.0, 0.5, 3) == (1000.5, 0.0)  # a long idle spell: the burst is back, no more
+    booked = gcra.book(0.0, (), 100.0, 0.5, 3, count=6, within=60)
+    assert booked.waits == (0.0, 0.0, 0.0, 0.5, 1.0, 1.5)
+    assert booked.positions == (100.5, 101.0, 101.5, 102.0, 102.5, 103.0) and booked.next_wait == 2.0
+    one_by_one = [gcra.book(0.0, (), 100.0, 0.5, 3, count=1, within=60)]
+    for _ in range(5):
+        one_by_one.append(gcra.book(one_by_one[-1].tat, (), 100.0, 0.5, 3, count=1, within=60))
+    assert [b.waits[0] for b in one_by_one] == list(booked.waits)  # one booking of six is six of one
+    later = gcra.book(booked.tat, (), 1000.0, 0.5, 3, count=1, within=60)
+    assert later.waits == (0.0,) and later.tat == 1000.5  # a long idle spell: the burst is back, no more
+
+
+def test_a_booking_stops_at_the_first_slot_past_what_the_caller_will_wait() -> None:
+    booked = gcra.book(0.0, (), 100.0, 0.5, 3, count=10, within=1.2)
+    assert booked.waits == (0.0, 0.0, 0.0, 0.5, 1.0)  # the sixth would wait 1.5 s: not booked, nor the rest
+    assert booked.next_wait == 1.5 and booked.tat == 102.5  # nothing was taken for the calls left out
+    assert gcra.book(booked.tat, (), 100.0, 0.5, 3, count=1, within=1.2).waits == ()
+
+
+def test_tokens_given_back_at_the_end_of_the_timeline_go_back_into_it() -> None:
+    booked = gcra.book(0.0, (), 100.0, 0.5, 3, count=6, within=60)
+    left = gcra.give_back(booked.tat, booked.holes, 100.0, 0.5, booked.positions[2:])
+    assert left.tat == pytest.approx(101.0) and left.holes == ()  # as if only the first two were ever booked
+    # the next caller gets the slots the given-back tokens had
+    assert gcra.book(left.tat, left.holes, 100.0, 0.5, 3, count=4, within=60).waits == booked.waits[2:]
+
+
+def test_tokens_given_back_before_others_are_holes_the_next_booking_takes_first() -> None:
+    first = gcra.book(0.0, (), 100.0, 0.5, 1, count=4, within=60)  # slots at 0, 0.5, 1.0, 1.5 s
+    second = gcra.book(first.tat, first.holes, 100.0, 0.5, 1, count=2, within=60)  # at 2.0 and 2.5 s
+    left = gcra.give_back(second.tat, second.holes, 100.2, 0.5, first.positions[2:])  # the first's last two
+    assert left.tat == second.tat and left.holes == first.positions[2:]
+    third = gcra.book(left.tat, left.holes, 100.2, 0.5, 1, count=3, within=60)
+    # the holes first, at their own slots, then after the second's: no slot is handed out twice
+    assert third.positions == (*first.positions[2:], second.tat + 0.5)
+    assert third.waits == pytest.approx((0.8, 1.3, 2.8)) and third.holes == ()
+    # once the second gives its tokens back too, the holes and its tokens all go: the bucket is where the
+    # first's reached tokens left it
+    gone = gcra.give_back(second.tat, left.holes, 100.2, 0.5, second.positions)
+    assert gone.tat == pytest.approx(first.positions[1]) and gone.holes == ()
+
+
+def test_a_hole_whose_position_has_passed_is_dropped() -> None:
+    first = gcra.book(0.0, (), 100.0, 0.5, 1, count=3, within=60)
+    second = gcra.book(first.tat, (), 100.0, 0.5, 1, count=1, within=60)
+    left = gcra.give_back(second.tat, (), 100.0, 0.5, first.positions[:2])
+    assert left.holes == first.positions[:2]
+    later = gcra.book(left.tat, left.holes, 100.75, 0.5, 1, count=1, within=60)
+    assert later.positions == (first.positions[1],) and later.holes == ()  # 100.5 had passed: dropped
 
 
 # -- the configuration ------------------------------------------------------------------

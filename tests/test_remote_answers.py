@@ -431,9 +431,12 @@ async def test_hostile_tool_names() -> None:
         assert results[0]["server"] is None  # the batch never calls itself, nor a backend tool of its name
         assert results[1]["result"] == {"who": "backend find_tool"}  # a catalog name, not the router's tool
         assert long_name not in json.dumps(results)
-        # a single read names the backend tool: the batch's own bounds are the batch's
+        # a single read names the backend tool (only a batch refuses its own name), and goes through the same
+        # entry checks as a batch entry: a name over 200 characters is refused, and not echoed
         assert await single(router, "invoke_read_tool_batch") == {"who": "backend"}
-        assert await single(router, long_name) == {"name_length": 10_000}
+        refused = await single(router, long_name)
+        assert refused["status"] == "invalid_call" and refused["error"] == "name must be at most 200 characters"
+        assert long_name not in json.dumps(refused)
 
 
 # -- why a backend cannot be reached, as the log and the entries tell it --------------------

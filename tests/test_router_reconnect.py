@@ -29,7 +29,8 @@ from centralmcp_batch.router import HttpBackend, Router, StdioBackend, backends
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# Its batches send the same call several times to load a backend's session: each one its own call.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("each_entry_its_own_call")]
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
 BACKENDS_LOG = "centralmcp_batch.router.backends"
@@ -412,10 +413,10 @@ def test_on_sdk_1_a_404_proves_the_call_never_ran_only_for_a_tool_the_session_li
     refused = McpError(ErrorData(code=32600, message="Session terminated"))
     # 1.x lists the tools after a call when its session has not listed this one, to check the result:
     # a 404 to that list comes after the tool ran.
-    assert _compat._CallRecord(listed=True).proves_session_unknown(refused)
-    assert not _compat._CallRecord(listed=False).proves_session_unknown(refused)
+    assert _compat.client._CallRecord(listed=True).proves_session_unknown(refused)
+    assert not _compat.client._CallRecord(listed=False).proves_session_unknown(refused)
     other = McpError(ErrorData(code=-32600, message="Session terminated"))  # a server's own words
-    assert not _compat._CallRecord(listed=True).proves_session_unknown(other)
+    assert not _compat.client._CallRecord(listed=True).proves_session_unknown(other)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts descriptors in /proc")

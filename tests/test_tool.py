@@ -269,6 +269,7 @@ def test_a_server_that_already_has_the_tool_is_refused() -> None:
     assert batch_tool.TOOL_NAME == "invoke_read_tool_batch"
 
 
+@pytest.mark.usefixtures("each_entry_its_own_call")
 async def test_a_client_that_cancels_stops_every_call_in_flight_and_dispatches_no_more(
     centralmcp_server: Any, centralmcp_host: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,11 +14,14 @@ another's numbers in the store says so once (the store tells it as it reserves: 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 import anyio
 
+from ..models import RateBooking
 from .memory import MemoryStore
 from .reservation import Pace, Reservation
 
@@ -31,7 +34,11 @@ STORE_TIMEOUT_SECONDS = 2.0  # a reservation that takes longer counts as an outa
 class Store(Protocol):
     url: str
 
-    async def reserve(self, key: str, interval: float, burst: int) -> Reservation: ...
+    async def reserve(self, key: str, interval: float, burst: int, count: int = 1, within: float = ...) -> Reservation:
+        """Book up to ``count`` tokens whose slots come within ``within`` seconds, in one round trip."""
+
+    async def give_back(self, key: str, interval: float, positions: Sequence[float]) -> None:
+        """Give back unused the tokens booked at ``positions``, in one round trip."""
 
     async def close(self) -> None: ...
 
@@ -49,54 +56,103 @@ class RateLimiter:
         self.retry_seconds = retry_seconds
         self._local = MemoryStore()  # this process's own slots, on the monotonic clock its waits use
         # A memory store can neither block nor fail, so it needs no queue, time limit or fallback:
-        # its reservation is one step of the event loop, atomic and in call order by itself.
+        # its booking is one step of the event loop, atomic and in call order by itself.
         self._instant = store if isinstance(store, MemoryStore) else None
-        self._queue = anyio.Lock()  # this process's reservations in arrival order (anyio's Lock is FIFO)
+        self._queue = anyio.Lock()  # this process's bookings in arrival order (anyio's Lock is FIFO)
         self._outage_since: float | None = None
         self._next_try = 0.0
-        self._joined = False  # a reservation of this limiter has landed in the store
+        self._joined = False  # a booking of this limiter has landed in the store
         self._paces_told: set[Pace] = set()
 
     @property
     def in_outage(self) -> bool:
         return self._outage_since is not None
 
-    async def acquire(self) -> None:
-        """Reserve the next slot, then wait for it (outside the queue, so others reserve meanwhile)."""
+    async def acquire(self, within: float = math.inf) -> bool:
+        """Book one token and wait for its slot; False, at once, when its slot is further off than ``within``.
+
+        Cancelled while it waits, the token is given back.
+        """
+        booking = await self.reserve(1, within)
+        if not booking.waits:
+            return False
+        try:
+            await anyio.sleep(booking.waits[0])
+        except BaseException:
+            assert booking.give_back is not None  # this limiter's bookings can always be given back
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
+                await booking.give_back([0])
+            raise
+        return True
+
+    async def reserve(self, count: int, within: float = math.inf) -> RateBooking:
+        """Book up to ``count`` tokens whose slots come within ``within`` seconds, in one store round trip.
+
+        Waits for nothing but the store: the caller sleeps each token's wait, and gives back the tokens
+        it does not use (``RateBooking.give_back``).
+        """
         if self._instant is not None:
-            wait = self._instant.reserve_now(self.key, self.interval, self.burst)
-        else:
-            async with self._queue:
-                wait = await self._reserve()
-        if wait > 0:
-            await anyio.sleep(wait)
+            return self._booking(self._instant.reserve_now(self.key, self.interval, self.burst, count, within))
+        async with self._queue:
+            shared = await self._reserve_in_store(count, within)
+            # Under the store, this process's slots are a part of the account's, so its own bucket never
+            # holds one back (bar a round trip's jitter); it only remembers them. A fresh local bucket at
+            # an outage would grant a burst on top of the slots already reserved in the store, and a store
+            # that rejoins, drained meanwhile, would grant again the time already granted locally.
+            if shared is None:
+                return self._booking(self._local.reserve_now(self.key, self.interval, self.burst, count, within))
+            now = time.monotonic()
+            local = [
+                self._local.reserve_now(self.key, self.interval, self.burst, not_before=now + wait)
+                for wait in shared.waits
+            ]
+            return self._booking(shared, local)
 
-    async def _reserve(self) -> float:
-        # Under the store, this process's slots are a part of the account's, so its own bucket never
-        # holds one back (bar a round trip's jitter); it only remembers them. A fresh local bucket at
-        # an outage would grant a burst on top of the slots already reserved in the store, and a store
-        # that rejoins, drained meanwhile, would grant again the time already granted locally.
-        shared_wait = await self._reserve_in_store()
-        return self._local.reserve_now(self.key, self.interval, self.burst, not_before=time.monotonic() + shared_wait)
-
-    async def _reserve_in_store(self) -> float:
-        """Seconds until the store's slot for the next token; 0 while it is down (the local bucket paces)."""
+    async def _reserve_in_store(self, count: int, within: float) -> Reservation | None:
+        """The store's booking; None while it is down (the local bucket paces)."""
         if self._outage_since is not None and time.monotonic() < self._next_try:
-            return 0.0
+            return None
         try:
             with anyio.fail_after(STORE_TIMEOUT_SECONDS):
-                reservation = await self.store.reserve(self.key, self.interval, self.burst)
+                reservation = await self.store.reserve(self.key, self.interval, self.burst, count, within)
         except Exception as exc:  # noqa: BLE001 - any failure of the store: pace locally, never fail the call
             self._store_failed(exc)
-            return 0.0
+            return None
         self._store_answered()
-        # Each reservation leaves its pace in the store when it differs, so another pace found after this
-        # limiter's first reservation was left since by a router that shares the timeline now. The one found
+        # Each booking leaves its pace in the store when it differs, so another pace found after this
+        # limiter's first booking was left since by a router that shares the timeline now. The one found
         # by the first is not told: it may be a stopped router's (this client's, before its settings changed).
         if reservation.other_pace is not None and self._joined:
             self._tell_other_pace(reservation.other_pace)
         self._joined = True
-        return reservation.wait
+        return reservation
+
+    def _booking(self, booked: Reservation, local: Sequence[Reservation] = ()) -> RateBooking:
+        """``booked`` as the hook contract tells it; ``local``: each token's mirror in this process's bucket."""
+        if local:  # booked in the store and mirrored here, where a slot may come later (a round trip's jitter)
+            waits = tuple(max(wait, mirror.wait) for wait, mirror in zip(booked.waits, local, strict=True))
+            shared, mine = booked.positions, tuple(mirror.positions[0] for mirror in local)
+        else:  # booked in this process alone: the memory store, or the local bucket while the store is down
+            waits, shared, mine = booked.waits, (), booked.positions
+
+        async def give_back(positions: Sequence[int]) -> None:
+            chosen = [position for position in positions if 0 <= position < len(waits)]
+            await self._give_back([shared[i] for i in chosen] if shared else [], [mine[i] for i in chosen])
+
+        return RateBooking(waits, booked.starts_by, booked.next_wait, give_back)
+
+    async def _give_back(self, shared: Sequence[float], local: Sequence[float]) -> None:
+        if self._instant is not None:
+            self._instant.give_back_now(self.key, self.interval, local)
+            return
+        self._local.give_back_now(self.key, self.interval, local)
+        if not shared:
+            return
+        try:
+            with anyio.fail_after(STORE_TIMEOUT_SECONDS):
+                await self.store.give_back(self.key, self.interval, shared)
+        except Exception:  # noqa: BLE001 - tokens not given back are only rate lost until their slots pass
+            log.debug("rate store %s: tokens could not be given back", self.store.url, exc_info=True)
 
     def _tell_other_pace(self, other: Pace) -> None:
         if other in self._paces_told:

@@ -6,44 +6,103 @@ still share one timeline; the caller only sleeps the wait it is told.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from . import gcra
 from .errors import StoreUnavailable
 from .reservation import Pace, Reservation
 
 KEY_PREFIX = "centralmcp:rate:"
 CLOCK_PREFIX = "centralmcp:rate-clock:"  # not under KEY_PREFIX: no bucket name can be a clock's
 PACE_PREFIX = "centralmcp:rate-pace:"
+HOLES_PREFIX = "centralmcp:rate-holes:"
 TIMEOUT_SECONDS = 0.5  # a Redis slower than this is treated as down; the local bucket paces meanwhile
+NO_LIMIT = 1e18  # ``within`` for a caller that waits as long as it takes (Lua has no infinity to parse)
 
-# KEYS[1] the bucket's TAT, KEYS[2] the server's clock at its last reservation (a key of its own, so that
-# routers of earlier versions share the bucket unchanged), KEYS[3] the pace it was last reserved with,
-# "INTERVAL BURST", set only when a reservation's differs (a key of its own too); ARGV[1] the interval,
-# ARGV[2] the burst. A clock that reads earlier than the last reservation was stepped back, and the TAT
-# moves back with it, as ``gcra.rebase`` does. Returns the wait as a string (a Lua number would come back
-# truncated to an integer), followed by the pace found when it was another's: one string, as a reply of
-# two costs redis-py's parser more than the script's whole extra work. The keys expire once the TAT is long past.
-RESERVE_SCRIPT = """
+# The state both scripts read, as ``gcra`` and the SQLite store keep it: KEYS[1] the bucket's TAT, KEYS[2] the
+# server's clock at its last booking, KEYS[3] the holes ("P1 P2 ..."), each a key of its own, so that routers
+# of earlier versions, which read only the TAT and the clock, share the bucket unchanged. A clock that reads
+# earlier than the last booking was stepped back, and the TAT and holes move back with it. Numbers go back
+# and forth as strings with six decimals (a Lua number comes back truncated to an integer). The keys expire
+# once the TAT is long past.
+_STATE = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
-local pace = ARGV[1] .. ' ' .. ARGV[2]
-local found = redis.call('GET', KEYS[3])
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
+local interval = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1])) or 0
 local seen = tonumber(redis.call('GET', KEYS[2]))
-if seen and now < seen then tat = tat - (seen - now) end
-if tat < now then tat = now end
-tat = tat + interval
-local expiry = math.ceil((tat - now) * 1000) + 60000
+local step = 0
+if seen and now < seen then step = seen - now end
+tat = tat - step
+local holes = {}
+for hole in string.gmatch(redis.call('GET', KEYS[3]) or '', '%S+') do
+  local position = tonumber(hole) - step
+  if position > now then table.insert(holes, position) end
+end
+"""
+_WRITE = """
+table.sort(holes)
+while #holes > MAX_HOLES do table.remove(holes, 1) end
+local expiry = math.ceil((math.max(tat, now) - now) * 1000) + 60000
 redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', expiry)
 redis.call('SET', KEYS[2], string.format('%.6f', now), 'PX', expiry)
-if found ~= pace then redis.call('SET', KEYS[3], pace, 'PX', expiry) end
-local wait = tat - burst * interval - now
-if wait < 0 then wait = 0 end
-if found and found ~= pace then return string.format('%.6f', wait) .. ' ' .. found end
-return string.format('%.6f', wait)
+if #holes > 0 then
+  local written = {}
+  for i, position in ipairs(holes) do written[i] = string.format('%.6f', position) end
+  redis.call('SET', KEYS[3], table.concat(written, ' '), 'PX', expiry)
+else
+  redis.call('DEL', KEYS[3])
+end
 """
+# Book up to ARGV[3] tokens whose slots come within ARGV[4] seconds (ARGV[2] the burst), as ``gcra.book``;
+# KEYS[4] the pace it was last booked with, "INTERVAL BURST", set only when a booking's differs. Returns one
+# string, "NEXT_WAIT;WAIT:POSITION:STARTS_BY ...;PACE FOUND" (one string: a reply of several costs redis-py's
+# parser more than the script's whole work).
+BOOK_SCRIPT = (
+    _STATE
+    + """
+local burst, count, within = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local booked = {}
+while #booked < count do
+  local position = holes[1] or (math.max(tat, now) + interval)
+  local wait = math.max(0, position - burst * interval - now)
+  if wait > within then break end
+  if holes[1] then table.remove(holes, 1) else tat = position end
+  table.insert(booked, string.format('%.6f:%.6f:%.6f', wait, position, position - now))
+end
+local following = holes[1] or (math.max(tat, now) + interval)
+local next_wait = math.max(0, following - burst * interval - now)
+"""
+    + _WRITE
+    + """
+local pace = ARGV[1] .. ' ' .. ARGV[2]
+local found = redis.call('GET', KEYS[4])
+if found ~= pace then redis.call('SET', KEYS[4], pace, 'PX', expiry) end
+if found == pace then found = '' end
+return string.format('%.6f', next_wait) .. ';' .. table.concat(booked, ' ') .. ';' .. (found or '')
+"""
+).replace("MAX_HOLES", str(gcra.MAX_HOLES))
+# Give back the tokens at positions ARGV[2], ARGV[3], ... as ``gcra.give_back``: holes at the end of the
+# timeline go back into the TAT.
+GIVE_BACK_SCRIPT = (
+    _STATE
+    + """
+for i = 2, #ARGV do
+  local position = tonumber(ARGV[i]) - step
+  if position > now then table.insert(holes, position) end
+end
+table.sort(holes)
+while #holes > 0 and holes[#holes] >= tat - interval / 2 do
+  table.remove(holes)
+  tat = tat - interval
+end
+"""
+    + _WRITE
+    + "\nreturn 1\n"
+).replace("MAX_HOLES", str(gcra.MAX_HOLES))
 
 
 def without_password(url: str) -> str:
@@ -93,19 +152,41 @@ class RedisStore:
     def __init__(self, url: str) -> None:
         self.url = without_password(url)  # what logs and errors name: the password stays in the client only
         self._redis = _client(url)
-        self._script = self._redis.register_script(RESERVE_SCRIPT)  # EVALSHA, reloaded after a restart
+        self._book = self._redis.register_script(BOOK_SCRIPT)  # EVALSHA, reloaded after a restart
+        self._give_back = self._redis.register_script(GIVE_BACK_SCRIPT)
 
-    async def reserve(self, key: str, interval: float, burst: int) -> Reservation:
+    @staticmethod
+    def _keys(key: str) -> list[str]:
+        return [KEY_PREFIX + key, CLOCK_PREFIX + key, HOLES_PREFIX + key]
+
+    async def reserve(
+        self, key: str, interval: float, burst: int, count: int = 1, within: float = math.inf
+    ) -> Reservation:
+        answer = await self._run(
+            self._book, [*self._keys(key), PACE_PREFIX + key], [repr(interval), burst, count, min(within, NO_LIMIT)]
+        )
+        next_wait, booked, found = answer.split(";")
+        tokens = [tuple(map(float, token.split(":"))) for token in booked.split()]
+        return Reservation(
+            tuple(token[0] for token in tokens),
+            tuple(token[1] for token in tokens),
+            tuple(token[2] for token in tokens),
+            float(next_wait),
+            _pace(found) if found else None,
+        )
+
+    async def give_back(self, key: str, interval: float, positions: Sequence[float]) -> None:
+        if positions:
+            await self._run(self._give_back, self._keys(key), [repr(interval), *map(repr, positions)])
+
+    async def _run(self, script: Any, keys: list[str], args: list[Any]) -> str:
         from redis.exceptions import RedisError
 
         try:
-            answer = await self._script(
-                keys=[KEY_PREFIX + key, CLOCK_PREFIX + key, PACE_PREFIX + key], args=[repr(interval), burst]
-            )
+            answer = await script(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"Redis at {self.url} is unreachable ({type(exc).__name__}: {exc})") from exc
-        wait, *found = answer.split(maxsplit=1)
-        return Reservation(float(wait), _pace(found[0]) if found else None)
+        return answer.decode() if isinstance(answer, bytes) else str(answer)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -1,4 +1,4 @@
-"""What a store answers for one token: the wait for its slot, and another router's pace when it found one."""
+"""What a store answers for a booking: each token's wait and position, and another router's pace when it found one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,15 @@ class Pace(NamedTuple):
 
 
 class Reservation(NamedTuple):
-    wait: float  # seconds until the token's slot
+    waits: tuple[float, ...]  # seconds until each booked token's slot, in order (fewer than asked: the rest too late)
+    positions: tuple[float, ...]  # each token's position on the store's clock: what giving it back names
+    starts_by: tuple[float, ...]  # seconds until each token's position, by which its call must have started
+    next_wait: float  # seconds until the slot the next token would get
     # The pace the store held for the bucket when it was not this reservation's own: the pace of the last
     # router that reserved with other numbers (each reservation leaves its pace there when it differs).
     other_pace: Pace | None = None
+
+    @property
+    def wait(self) -> float:
+        """The first token's wait (a booking of one)."""
+        return self.waits[0] if self.waits else self.next_wait

@@ -1,7 +1,8 @@
 """The machine-wide store: one SQLite file shared by every process that names it.
 
-Each reservation is one ``BEGIN IMMEDIATE`` transaction (read the TAT, write the next), so
-processes take the file's write lock in turn and the arithmetic is atomic across them. Time
+Each booking, of one token or a whole batch's, is one ``BEGIN IMMEDIATE`` transaction (read the
+bucket, write it back), and so is giving tokens back: processes take the file's write lock in turn
+and the arithmetic is atomic across them. Time
 is the wall clock, the one clock every process on the machine shares; the time of each bucket's last
 reservation is kept beside it, so a clock stepped back moves the TAT back with it. It runs in a worker
 thread so a busy file never stalls the event loop, and one that hangs (a frozen or unreachable
@@ -16,13 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..worker_threads import run_sync_abandonable
 from . import gcra
@@ -38,15 +41,19 @@ CLOCK_SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_clock (key TEXT PRIMARY KEY, see
 PACE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS gcra_pace (key TEXT PRIMARY KEY, interval REAL NOT NULL, burst INTEGER NOT NULL)"
 )
+# The positions of tokens given back unused, "P1 P2 ...": a table of its own, for the same reason.
+HOLES_SCHEMA = "CREATE TABLE IF NOT EXISTS gcra_holes (key TEXT PRIMARY KEY, holes TEXT NOT NULL)"
 # A bucket's whole state in one read (NULL for what is missing): fewer statements than one per table.
 STATE = (
-    "SELECT b.tat, c.seen, p.interval, p.burst FROM (SELECT ? AS key) AS k LEFT JOIN gcra_buckets AS b USING (key)"
-    " LEFT JOIN gcra_clock AS c USING (key) LEFT JOIN gcra_pace AS p USING (key)"
+    "SELECT b.tat, c.seen, p.interval, p.burst, h.holes FROM (SELECT ? AS key) AS k"
+    " LEFT JOIN gcra_buckets AS b USING (key) LEFT JOIN gcra_clock AS c USING (key)"
+    " LEFT JOIN gcra_pace AS p USING (key) LEFT JOIN gcra_holes AS h USING (key)"
 )
 BUSY_SECONDS = 1.0  # a lock held longer than this is a fault, not contention
 CHECK_SECONDS = 1.0  # how often the path is checked against the file that is open
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def _is_locked(exc: sqlite3.Error) -> bool:
@@ -85,16 +92,31 @@ class SqliteStore:
         self._lock = threading.Lock()  # one connection, used by one worker thread at a time
         self._held_since: float | None = None  # when the lock was taken, on the monotonic clock
 
-    async def reserve(self, key: str, interval: float, burst: int) -> Reservation:
+    async def reserve(
+        self, key: str, interval: float, burst: int, count: int = 1, within: float = math.inf
+    ) -> Reservation:
         # Abandoned on cancel: a thread stuck in a hung file system must not hold its caller (and
         # the limiter's time limit) hostage; it finishes, or not, on its own.
-        return await run_sync_abandonable(self._reserve, key, interval, burst)
+        return await run_sync_abandonable(self._in_transaction, self._book, key, interval, burst, count, within)
 
-    def _reserve(self, key: str, interval: float, burst: int) -> Reservation:
+    async def give_back(self, key: str, interval: float, positions: Sequence[float]) -> None:
+        await run_sync_abandonable(self._in_transaction, self._give_back, key, interval, positions)
+
+    def _in_transaction(self, step: Callable[..., _T], key: str, *args: Any) -> _T:
+        """``step(conn, key, *args)`` in one write transaction on the file: the file's lock orders the processes."""
         with self._connection_lock():
             try:
                 self._reopen_if_moved()
-                return self._transaction(self._connection(), key, interval, burst)
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    answer = step(conn, key, *args)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return answer
             except (sqlite3.Error, OSError) as exc:
                 self._drop_connection()  # reopen next time: the file may have been repaired or replaced
                 reason = _what_is_wrong(exc, self.busy_seconds) if isinstance(exc, sqlite3.Error) else "unusable"
@@ -154,41 +176,63 @@ class SqliteStore:
             conn.execute(SCHEMA)
             conn.execute(CLOCK_SCHEMA)
             conn.execute(PACE_SCHEMA)
+            conn.execute(HOLES_SCHEMA)
         except sqlite3.Error:
             conn.close()
             raise
         return conn
 
     @staticmethod
-    def _transaction(conn: sqlite3.Connection, key: str, interval: float, burst: int) -> Reservation:
+    def _state(conn: sqlite3.Connection, key: str) -> tuple[float, tuple[float, ...], float, float, Pace | None]:
+        """The bucket's TAT and holes, moved back with a clock stepped back; the time now; how far the clock
+        was stepped back; the pace found."""
+        tat, seen, found_interval, found_burst, holes = conn.execute(STATE, (key,)).fetchone()
+        found = None if found_interval is None else Pace(found_interval, found_burst)
+        now = time.time()  # read under the lock, so the processes' readings are in order
+        step = gcra.stepped_back(seen, now)
+        kept = tuple(float(hole) - step for hole in (holes or "").split())
+        return (tat or 0.0) - step, kept, now, step, found
+
+    @staticmethod
+    def _write(conn: sqlite3.Connection, key: str, now: float, tat: float, holes: tuple[float, ...]) -> None:
+        conn.execute(
+            "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
+            (key, tat),
+        )
+        conn.execute(
+            "INSERT INTO gcra_clock (key, seen) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET seen = excluded.seen",
+            (key, now),
+        )
+        if holes:
+            conn.execute(
+                "INSERT INTO gcra_holes (key, holes) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET holes = excluded.holes",
+                (key, " ".join(map(repr, holes))),
+            )
+        else:
+            conn.execute("DELETE FROM gcra_holes WHERE key = ?", (key,))
+
+    def _book(
+        self, conn: sqlite3.Connection, key: str, interval: float, burst: int, count: int, within: float
+    ) -> Reservation:
+        tat, holes, now, _, found = self._state(conn, key)
+        booked = gcra.book(tat, holes, now, interval, burst, count, within)
+        self._write(conn, key, now, booked.tat, booked.holes)
         pace = Pace(interval, burst)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            tat, seen, found_interval, found_burst = conn.execute(STATE, (key,)).fetchone()
-            found = None if found_interval is None else Pace(found_interval, found_burst)
-            now = time.time()  # read under the lock, so the processes' readings are in order
-            tat = gcra.rebase(tat or 0.0, seen, now)
-            tat, wait = gcra.reserve(tat, now, interval, burst)
+        if found != pace:
             conn.execute(
-                "INSERT INTO gcra_buckets (key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
-                (key, tat),
+                "INSERT INTO gcra_pace (key, interval, burst) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+                "SET interval = excluded.interval, burst = excluded.burst",
+                (key, interval, burst),
             )
-            conn.execute(
-                "INSERT INTO gcra_clock (key, seen) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET seen = excluded.seen",
-                (key, now),
-            )
-            if found != pace:
-                conn.execute(
-                    "INSERT INTO gcra_pace (key, interval, burst) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
-                    "SET interval = excluded.interval, burst = excluded.burst",
-                    (key, interval, burst),
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return Reservation(wait, None if found is None or found == pace else found)
+        starts_by = tuple(position - now for position in booked.positions)
+        other = None if found is None or found == pace else found
+        return Reservation(booked.waits, booked.positions, starts_by, booked.next_wait, other)
+
+    def _give_back(self, conn: sqlite3.Connection, key: str, interval: float, positions: Sequence[float]) -> None:
+        tat, holes, now, step, _ = self._state(conn, key)
+        left = gcra.give_back(tat, holes, now, interval, [position - step for position in positions])
+        self._write(conn, key, now, left.tat, left.holes)
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio
 
-from .. import _compat, hosting, pipeline, validation
-from ..engine import Guards, is_utf8
+from .. import _compat, engine, hosting, pipeline, validation
+from ..entries import is_utf8
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
-from ..models import CallContext, ToolRef
+from ..models import MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
@@ -230,21 +230,19 @@ class Router:
     async def read(
         self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
     ) -> dict[str, Any]:
-        """One read through the same pipeline as a batch entry."""
+        """One read through the same stages as a batch entry (``engine.read_one``)."""
         if not is_utf8(name):
             # SDK 1.x's HTTP parser lets a lone surrogate through; echoed back, it made an answer no
             # JSON can carry, and the client got the SDK's "Error serializing to JSON" instead.
             shown = name.encode("utf-8", "backslashreplace").decode()
             return {"error": NOT_UNICODE_NAME, "tool": shown, "status": "unknown_tool"}
-        context = CallContext(index=None, call_id=None, in_batch=False, request=request)
-        guards = Guards(BatchSettings.from_env().call_timeout)
-        outcome = await pipeline.read_one(
-            self.hooks.calls(), name, arguments, cursor, max_bytes=self.max_bytes, context=context, guards=guards
-        )
+        host = pipeline.HostPipeline(self.hooks.calls(), request, in_batch=False)
+        outcome = await engine.read_one(name, arguments, cursor, host, BatchSettings.from_env(), self.max_bytes)
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
-        return {"error": outcome.error, "tool": name, "status": outcome.status}
+        echoed = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
+        return {"error": outcome.error, "tool": echoed, "status": outcome.status}
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ... import batch_tool, budget, engine, hosting, settings
+from ... import batch_tool, budget, hosting, items, settings
 from ...host import HostHooks
 from ...models import Outcome
 from ..backends import BenchHost
@@ -38,13 +38,13 @@ async def budget_scenario(plan: Plan) -> list[dict[str, Any]]:
 async def budget_row(plan: Plan, n: int, kb: int, hooks: HostHooks, host: BenchHost) -> dict[str, Any]:
     calls = [{"name": "blob", "id": f"b{i}", "arguments": {"kb": kb}} for i in range(n)]
     result = host.handlers["blob"](kb=kb)
-    whole = [engine.make_item(i, f"b{i}", "blob", "inline", Outcome("ok", result=result)) for i in range(n)]
+    whole = [items.make_item(i, f"b{i}", "blob", "inline", Outcome("ok", result=result)) for i in range(n)]
     sizes = [budget.size(item) for item in whole]  # the batch sizes each item once, as it finishes
     limit = settings.BatchSettings().response_max_bytes
     fit_times: list[float] = []
 
     async def fit() -> None:
-        fresh = engine.assemble(whole)  # fit shrinks in place: a fresh response each time
+        fresh = items.assemble(whole)  # fit shrinks in place: a fresh response each time
         started = time.perf_counter()
         budget.fit(fresh, limit, sizes)
         fit_times.append(time.perf_counter() - started)
