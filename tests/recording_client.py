@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from centralmcp_batch import _compat
+from centralmcp_batch._compat.results import read_result
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Recorder:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> _compat.Answer:
         result = await self.session.call_tool(name, arguments, progress_callback=self.heard.on_progress)
-        return _compat.read_result(result)
+        return read_result(result)
 
 
 @asynccontextmanager

@@ -73,7 +73,8 @@ async def test_in_a_session_the_batchs_progress_and_log_are_its_own(
 
 async def test_each_entrys_backend_reads_a_request_id_of_its_own(router: ModuleType) -> None:
     async with recording(router.mcp) as client:
-        first = (await client.call("invoke_read_tool_batch", {"calls": [events("a"), events("b")]})).structured
+        # distinct reads: identical ones share one backend call
+        first = (await client.call("invoke_read_tool_batch", {"calls": [events("a"), events("b", "AP2")]})).structured
         second = (await client.call("invoke_read_tool_batch", {"calls": [events("c")]})).structured
         single = single_read(await client.call("invoke_read_tool", {"name": EVENTS, "arguments": {"serial": "AP1"}}))
     ids = [item["result"]["request_id"] for item in first["results"] + second["results"]]
