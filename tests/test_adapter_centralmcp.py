@@ -112,6 +112,7 @@ async def test_catalog_maps_the_loaded_backend_index_and_server_names(router: Mo
         "list_devices",
         "get_device",
         "get_device_events",
+        "get_device_clock",
         "get_radio_stats",
         "get_client_details",
         "get_webhook",
@@ -294,15 +295,6 @@ async def test_a_backend_failure_is_that_entrys_error_in_the_routers_shape(adopt
     assert re.match(r"\w*ToolError: Error executing tool get_radio_stats\b", failed["error"]), failed["error"]
     assert fine["status"] == "ok" and response["failed_indexes"] == [0]
     assert tokens.count == 2  # the failing call reached its backend, so it drew its token
-
-
-async def test_backends_are_handed_the_batch_calls_context(adopted: ModuleType) -> None:
-    events = {"name": "get_device_events", "arguments": {"serial": "AP1"}}
-    async with _compat.connect(adopted.mcp) as client:
-        first = (await client.call_tool("invoke_read_tool_batch", {"calls": [events, events]})).payload
-        second = (await client.call_tool("invoke_read_tool_batch", {"calls": [events]})).payload
-    ids = [item["result"]["request_id"] for item in first["results"] + second["results"]]
-    assert ids[0] == ids[1] != ids[2] and "None" not in ids
 
 
 async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(
@@ -562,17 +554,30 @@ def documented_adoption() -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def write_adopted_router(path: Path) -> Path:
+def write_adopted_router(path: Path, start_up: str = "install_router_middlewares()") -> Path:
     # The stand-in with the documented lines at its end, before a __main__ block as CentralMCP's has:
-    # that block installs the middleware chain, after the adoption, then serves.
-    main_block = 'if __name__ == "__main__":\n    install_router_middlewares()\n    mcp.run()\n'
+    # that block installs the middleware chain (``start_up``), after the adoption, then serves.
+    main_block = f'if __name__ == "__main__":\n    {start_up}\n    mcp.run()\n'
     path.write_text(
         f"{STANDIN.read_text(encoding='utf-8')}\n\n{documented_adoption()}\n\n{main_block}", encoding="utf-8"
     )
     return path
 
 
-@pytest.fixture(params=["default", "minimal"])
+def published_names(mode: str) -> list[str]:
+    """The tools the adopted stand-in router publishes in ``mode``: its own (a wrapper outside minimal
+    mode), and in direct mode each backend tool under its own name besides (the wrapper keeps its name)."""
+    from standins import config_backend
+
+    names = {"find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"}
+    if mode != "minimal":
+        names.add("list_sites")
+    if mode == "direct":
+        names |= {*_compat.tool_names(monitoring_backend.mcp), *_compat.tool_names(config_backend.mcp)}
+    return sorted(names)
+
+
+@pytest.fixture(params=["default", "minimal", "direct"])
 def imported_adopted_router(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ModuleType]:
@@ -589,12 +594,12 @@ async def test_the_documented_two_lines_adopt_the_batch_when_the_router_is_impor
     imported_adopted_router: ModuleType,
 ) -> None:
     names = sorted(tool.name for tool in _compat.server_tools(imported_adopted_router.mcp))
-    assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
+    assert names == published_names(imported_adopted_router._ROUTER_MODE)
     response = await batch(imported_adopted_router, [{"name": "get_device", "arguments": {"serial": "a"}}])
     assert response["results"][0]["result"] == {"serial": "a", "status": "up"}
 
 
-@pytest.mark.parametrize("mode", ["default", "minimal"])
+@pytest.mark.parametrize("mode", ["default", "minimal", "direct"])
 async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tmp_path: Path, mode: str) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")
     env = {
@@ -605,7 +610,7 @@ async def test_the_documented_two_lines_work_when_the_router_runs_as_a_script(tm
     params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
     async with _compat.connect(params) as client:
         names = sorted(tool.name for tool in await client.list_tools())
-        assert names == ["find_tool", "invoke_read_tool", "invoke_read_tool_batch", "invoke_tool"]
+        assert names == published_names(mode)
         calls = [
             {"name": "list_devices", "arguments": {"site_id": "hq"}},
             {"name": "reboot_device", "arguments": {"serial": "x"}},

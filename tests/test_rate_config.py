@@ -6,7 +6,9 @@ The path parsing takes the platform's path flavour, so the Windows rules are hel
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 import pytest
@@ -80,33 +82,66 @@ def test_an_absolute_store_on_this_machine_opens_that_file(tmp_path: Path) -> No
 # -- the default store ------------------------------------------------------------------
 
 
+def recorded_as(path: str | None):  # type: ignore[no-untyped-def]
+    """A system that records the account's own directory as ``path`` (None: no record of it)."""
+    return lambda platform: None if path is None else path_flavour(platform)(path)
+
+
+IGNORED = {"XDG_CACHE_HOME": "/x/cache", "HOME": "/elsewhere", "LOCALAPPDATA": r"D:\elsewhere"}
+
+
 @pytest.mark.parametrize(
-    ("platform", "environ", "cache"),
+    ("platform", "recorded", "environ", "cache"),
     [
-        ("linux", {"XDG_CACHE_HOME": "/x/cache", "HOME": "/home/me"}, "/x/cache"),
-        ("linux", {"HOME": "/home/me"}, "/home/me/.cache"),
-        ("linux", {"XDG_CACHE_HOME": "", "HOME": "/home/me"}, "/home/me/.cache"),
-        ("linux", {"XDG_CACHE_HOME": "cache", "HOME": "/home/me"}, "/home/me/.cache"),  # relative: ignored (XDG)
-        ("darwin", {"XDG_CACHE_HOME": "/x/cache", "HOME": "/Users/me"}, "/Users/me/Library/Caches"),
-        ("win32", {"LOCALAPPDATA": r"C:\Users\me\AppData\Local"}, r"C:\Users\me\AppData\Local"),
-        ("win32", {"LOCALAPPDATA": "Local", "HOME": "C:/Users/me"}, r"C:\Users\me\AppData\Local"),
+        # What the system records for the account decides, whatever the environment says.
+        ("linux", "/home/me", IGNORED, "/home/me/.cache"),
+        ("linux", "/home/me", {}, "/home/me/.cache"),
+        ("darwin", "/Users/me", IGNORED, "/Users/me/Library/Caches"),
+        ("win32", r"C:\Users\me\AppData\Local", IGNORED, r"C:\Users\me\AppData\Local"),
+        # No record of the account (a container's user id with no entry): the environment, said at start-up.
+        ("linux", None, {"XDG_CACHE_HOME": "/x/cache", "HOME": "/home/me"}, "/home/me/.cache"),
+        ("darwin", None, {"HOME": "/Users/me"}, "/Users/me/Library/Caches"),
+        ("win32", None, {"LOCALAPPDATA": r"C:\Users\me\AppData\Local"}, r"C:\Users\me\AppData\Local"),
+        ("win32", None, {"LOCALAPPDATA": "Local", "HOME": "C:/Users/me"}, r"C:\Users\me\AppData\Local"),
     ],
 )
-def test_the_default_store_url_round_trips_through_the_parser_on_each_platform(
-    platform: str, environ: dict[str, str], cache: str
+def test_the_default_store_is_in_the_cache_dir_the_system_records_for_the_account(
+    platform: str, recorded: str | None, environ: dict[str, str], cache: str
 ) -> None:
     flavour = path_flavour(platform)
-    assert cache_dir(environ, platform) == flavour(cache)
-    url = default_store_url(environ, platform)
+    assert cache_dir(environ, platform, recorded_as(recorded)) == flavour(cache)
+    url = default_store_url(environ, platform, recorded_as(recorded))
     assert sqlite_path(url, flavour) == flavour(cache) / "centralmcp-batch" / "rate.sqlite3"
+
+
+def test_a_default_from_the_environment_is_said_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="centralmcp_batch.ratelimit.config"):
+        default_store_url({"HOME": "/home/me"}, "linux", recorded_as(None))
+        default_store_url({"HOME": "/home/me"}, "linux", recorded_as("/home/me"))  # recorded: nothing to say
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the system has no record of this account's home, so the default {STORE_ENV} is under HOME=/home/me; a "
+        f"process of this account with another HOME would use another file: set {STORE_ENV} to share one for certain"
+    ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the password database is POSIX's")
+def test_on_this_machine_the_default_is_the_accounts_whatever_the_environment() -> None:
+    import pwd
+
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    expected = f"sqlite:///{home}/.cache/centralmcp-batch/rate.sqlite3"
+    if sys.platform == "darwin":
+        expected = f"sqlite:///{home}/Library/Caches/centralmcp-batch/rate.sqlite3"
+    for environ in ({}, {"HOME": "/elsewhere"}, {"XDG_CACHE_HOME": "/x/cache"}, {"HOME": "relative"}):
+        assert default_store_url(environ) == expected
 
 
 @pytest.mark.parametrize(
     ("platform", "home"), [("linux", ""), ("linux", "me"), ("linux", "."), ("darwin", "Users/me"), ("win32", "/c/me")]
 )
-def test_no_default_store_is_built_from_a_relative_or_empty_home(platform: str, home: str) -> None:
+def test_with_no_record_no_default_store_is_built_from_a_relative_or_empty_home(platform: str, home: str) -> None:
     with pytest.raises(ValueError, match=re.escape(f"HOME={home!r} is not an absolute path")):
-        default_store_url({"HOME": home, "XDG_CACHE_HOME": "cache"}, platform)
+        default_store_url({"HOME": home, "XDG_CACHE_HOME": "cache"}, platform, recorded_as(None))
 
 
 def test_a_store_that_is_named_needs_no_home() -> None:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import anyio
 import anyio.lowlevel
@@ -93,13 +93,11 @@ def test_a_hole_whose_position_has_passed_is_dropped() -> None:
 
 
 def test_the_default_store_is_a_sqlite_file_in_the_users_cache_dir(tmp_path: Path) -> None:
-    url = default_store_url({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/nowhere"})
-    if sys.platform.startswith("linux"):
-        assert url == f"sqlite:///{tmp_path}/centralmcp-batch/rate.sqlite3"
-    limiter = limiter_from_env(
-        {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path), "CENTRALMCP_ROUTER_RATE_PER_SECOND": "5"}
-    )
-    assert isinstance(limiter.store, SqliteStore) and (limiter.rate, limiter.burst, limiter.key) == (5.0, 5, "central")
+    url = default_store_url({"XDG_CACHE_HOME": "/x/cache"}, "linux", lambda platform: PurePosixPath(tmp_path))
+    assert url == f"sqlite:///{tmp_path}/.cache/centralmcp-batch/rate.sqlite3"
+    limiter = limiter_from_env({"CENTRALMCP_ROUTER_RATE_PER_SECOND": "5"})  # made, not opened: no file yet
+    assert isinstance(limiter.store, SqliteStore) and limiter.store.url == default_store_url({})
+    assert (limiter.rate, limiter.burst, limiter.key) == (5.0, 5, "central")
 
 
 @pytest.mark.parametrize(
@@ -166,7 +164,7 @@ async def test_two_keys_in_one_store_are_two_budgets(tmp_path: Path) -> None:
 
 RESERVER = """
 import sys, anyio
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from centralmcp_batch.ratelimit import SqliteStore
 store = SqliteStore(Path(sys.argv[1]), busy_seconds=30)  # a test of atomicity, not of the busy limit
 async def main():

@@ -4,7 +4,8 @@ Each router is a real ``centralmcp-batch serve`` subprocess over a backend that 
 clock of every call. Once the burst is spent, the stamps of all processes together must keep
 the configured account rate within 10%; every entry must come back; a cursor issued by one
 replica must resume on another; Redis stopped and started mid-run must lose no batch and share
-the rate again afterwards.
+the rate again afterwards. Routers started with the environments different clients pass use one
+default file, the account's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -24,10 +26,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from mcp.client.stdio import get_default_environment
 from redis_server import RedisServer, free_port
 
 from centralmcp_batch import _compat
+from centralmcp_batch.ratelimit import default_store_url
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
+from centralmcp_batch.ratelimit.config import path_flavour, sqlite_path
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -275,3 +280,60 @@ async def test_http_routers_with_other_rates_on_one_key_each_log_it_once(tmp_pat
     assert f"at {RATE:g}/s with a burst of {BURST}, this one at 100/s with a burst of 10" in told[0][0]
     assert f"at 100/s with a burst of 10, this one at {RATE:g}/s with a burst of {BURST}" in told[1][0]
     assert all("WARNING centralmcp_batch.ratelimit.limiter: rate key 'test-" in line for line in told[0] + told[1])
+
+
+# -- the default store, whatever environment each client passes ---------------------------
+
+
+DEFAULT_INTERVAL = 100.0  # a slot every 100 s: the bucket's TAT counts the tokens; the burst covers each one
+
+
+def client_environments(tmp_path: Path, key: str) -> list[dict[str, str]]:
+    """What MCP clients pass routers: the Python SDK's stdio client passes its default environment only
+    (HOME, LOGNAME, PATH, SHELL, TERM, USER), others pass their own, an XDG cache dir or another HOME."""
+    rate = {
+        "PYTHONPATH": str(HERE.parent),
+        "CENTRALMCP_ROUTER_RATE_KEY": key,
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": str(1 / DEFAULT_INTERVAL),
+        "CENTRALMCP_ROUTER_RATE_BURST": "50",
+    }
+    sdk = {**get_default_environment(), **rate}
+    return [
+        sdk,
+        {**sdk, "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")},
+        {**sdk, "HOME": str(tmp_path / "another-home"), "XDG_CACHE_HOME": str(tmp_path / "another-cache")},
+    ]
+
+
+TAKE_TWO = "import anyio; from centralmcp_batch.ratelimit import limiter_from_env\n" + (
+    "async def main():\n    limiter = limiter_from_env()\n    await limiter.acquire()\n    await limiter.acquire()\n"
+    "    await limiter.close()\n    print(limiter.store.url)\nanyio.run(main)\n"
+)
+
+
+async def test_routers_started_with_different_environments_share_the_accounts_default_file(tmp_path: Path) -> None:
+    # The account's default file (this test's user's), a bucket of this test's own in it.
+    path, key = Path(sqlite_path(default_store_url({}), path_flavour(sys.platform))), f"test-{uuid.uuid4()}"
+    started = time.time()
+    try:
+        for env in client_environments(tmp_path, key):  # routers, each taking two tokens
+            command = ["-m", "centralmcp_batch", "serve", "--config", str(router_config(tmp_path))]
+            params = _compat.StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(HERE.parent))
+            async with _compat.connect(params) as client:
+                for n in range(2):
+                    answer = await client.call_tool("invoke_read_tool", {"name": "stamp", "arguments": {"tag": str(n)}})
+                    assert not answer.is_error, answer.text
+        # A process given no HOME, no USER at all: the account's file still.
+        bare = {"PATH": os.environ["PATH"], **client_environments(tmp_path, key)[0]}
+        bare = {name: value for name, value in bare.items() if name not in ("HOME", "USER", "LOGNAME")}
+        ran = subprocess.run([sys.executable, "-c", TAKE_TWO], env=bare, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == f"sqlite:///{path}"
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            (tat,) = conn.execute("SELECT tat FROM gcra_buckets WHERE key = ?", (key,)).fetchone()
+        assert int((tat - started) / DEFAULT_INTERVAL) == 2 * 3 + 2  # one bucket: every process's tokens in it
+        assert not (tmp_path / "xdg-cache").exists() and not (tmp_path / "another-home").exists()
+    finally:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            for table in ("gcra_buckets", "gcra_clock", "gcra_pace"):
+                conn.execute(f"DELETE FROM {table} WHERE key = ?", (key,))  # the three tables the store keeps per key

@@ -28,7 +28,16 @@ from ..batch_tool import TOOL_NAME
 from ..errors import HostContractError, InvalidCursor, text_of
 from ..hookspecs import hookimpl
 from ..models import CallContext, ToolRef
-from ..ratelimit import RateLimiter, limiter_from_env
+from ..ratelimit import RateLimiter
+from .backend_context import entry_context
+from .centralmcp_rate import (
+    CentralMCPRateGate,
+    account_limiter,
+    gate_published_backend_tools,
+    has_rate_gate,
+    install_shared_rate_gate,
+    report_coverage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +116,13 @@ class CentralMCPHooks:
                 "status": "unknown_tool",
             }
         args = self.router._strip_null_arguments(arguments)  # a new dict: what the backend is given
-        try:  # the router's Context goes through, as invoke_read_tool forwards it
-            result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=context.request)
+        # invoke_read_tool forwards its own Context; an entry's backend gets one of its own, made from the
+        # batch's, so that nothing it sends goes out as the batch's (see backend_context).
+        request = (
+            entry_context(context.request, context.index or 0, tool.name, args) if context.in_batch else context.request
+        )
+        try:
+            result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=request)
         except Exception as e:
             return {"error": _error_text(e, functools.partial(self._backend_tool, tool.name))}
         limit = self._entry_limit(max_bytes, context)
@@ -281,64 +295,11 @@ def without_secrets(value: Any) -> Any:
     return value
 
 
-class CentralMCPRateGate:
-    """One token of the router's dispatch rate gate per backend call, as its single reads draw."""
-
-    def __init__(self, router: ModuleType) -> None:
-        self.router = router
-
-    @hookimpl
-    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> Awaitable[None]:
-        return self.router._await_dispatch_rate_gate()  # type: ignore[no-any-return] # the router's own coroutine
-
-
-class SharedRateGate:
-    """The router's dispatch rate gate: the account-wide limiter first, then the router's own gate, if any.
-
-    Both limits hold: the account's across every process, and whatever the router's own bucket enforces.
-    """
-
-    def __init__(self, limiter: RateLimiter, own: Callable[[], Awaitable[None]] | None) -> None:
-        self.limiter, self.own = limiter, own
-
-    async def __call__(self) -> None:
-        await self.limiter.acquire()
-        if self.own is not None:
-            await self.own()
-
-
-def install_shared_rate_gate(router: ModuleType, limiter: RateLimiter) -> None:
-    """Make ``limiter`` the router's dispatch rate gate, also after the router installs its own at start-up."""
-    current = getattr(router, "_dispatch_rate_gate", None)
-    if isinstance(current, SharedRateGate):  # adopted before: keep its limiter and its setter
-        return
-    install = router.set_dispatch_rate_gate
-
-    def set_dispatch_rate_gate(gate: Callable[[], Awaitable[None]] | None) -> None:
-        install(SharedRateGate(limiter, gate))
-
-    set_dispatch_rate_gate(current)
-    # The router's start-up calls it by this name; ModuleType declares no such attribute.
-    router.set_dispatch_rate_gate = set_dispatch_rate_gate  # type: ignore[attr-defined]
-
-
-def has_rate_gate(router: ModuleType) -> bool:
-    return callable(getattr(router, "set_dispatch_rate_gate", None)) and callable(
-        getattr(router, "_await_dispatch_rate_gate", None)
-    )
-
-
 def host_plugins(router: ModuleType) -> list[object]:
     """The host hook implementations over ``router``; no token hook when it has no rate gate."""
     plugins: list[object] = [CentralMCPHooks(router)]
     if has_rate_gate(router):
         plugins.append(CentralMCPRateGate(router))
-    else:
-        log.warning(
-            "router %r has no set_dispatch_rate_gate: batch entries draw no rate token of their own "
-            "(its RateLimitMiddleware charges one per inbound call, so one per batch)",
-            router.__name__,
-        )
     return plugins
 
 
@@ -352,7 +313,8 @@ def adopt(router: ModuleType, *, replace: bool = True, rate_limiter: RateLimiter
     router's process; in minimal mode the module keeps having none, as its own tests expect.
     ``replace=False`` refuses a router that has its own batch. A router with a dispatch rate
     gate gets the account-wide limiter (``rate_limiter``, or the one the environment names)
-    in it, so its single reads and every batch entry draw from one shared bucket.
+    in it, so its single reads and every batch entry draw from one shared bucket; so do the
+    backend tools it publishes under their own names in direct mode (see ``centralmcp_rate``).
     """
     server = router.mcp
     own_batch = None
@@ -363,8 +325,11 @@ def adopt(router: ModuleType, *, replace: bool = True, rate_limiter: RateLimiter
             )
         log.info("router %r: centralmcp-batch's %s replaces the router's own", router.__name__, TOOL_NAME)
         own_batch = _compat.remove_tool(server, TOOL_NAME)
-    if has_rate_gate(router):
-        install_shared_rate_gate(router, rate_limiter or limiter_from_env())
+    limiter = account_limiter(router, rate_limiter)
+    gated = has_rate_gate(router)
+    if gated:
+        install_shared_rate_gate(router, limiter)
+    report_coverage(router, limiter, gated, gate_published_backend_tools(router, limiter))
     try:
         with settings.adopted_explicitly():
             pm = hosting.install(server, *host_plugins(router))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
 
@@ -14,6 +16,8 @@ from .limiter import RateLimiter, Store
 from .memory import MemoryStore
 from .redis_store import without_password
 from .sqlite import SqliteStore
+
+log = logging.getLogger(__name__)
 
 STORE_ENV = "CENTRALMCP_ROUTER_RATE_STORE"
 KEY_ENV = "CENTRALMCP_ROUTER_RATE_KEY"
@@ -29,17 +33,68 @@ def path_flavour(platform: str) -> type[PurePath]:
     return PureWindowsPath if platform == "win32" else PurePosixPath
 
 
-def cache_dir(environ: Mapping[str, str], platform: str | None = None) -> PurePath:
-    """The user's cache directory, as each platform names it (``platform`` defaults to this one)."""
+def cache_dir(
+    environ: Mapping[str, str], platform: str | None = None, recorded: Callable[[str], PurePath | None] | None = None
+) -> PurePath:
+    """The cache directory of the account this process runs as, the same for all its processes.
+
+    It is found where the system records the account (``recorded``, by default ``recorded_dir``): the
+    home in the password database on Linux and macOS, the local application data folder the shell
+    keeps for the account on Windows. Not from the environment, which each MCP client passes its own
+    way (the Python SDK's stdio client passes HOME, LOGNAME, PATH, SHELL, TERM and USER alone), so
+    that no client's choice of variables gives its routers a bucket of their own. ``environ`` is read
+    only where the system records nothing (a container run under a user id it has no entry for).
+    """
     platform = platform or sys.platform
     flavour = path_flavour(platform)
+    known = (recorded or recorded_dir)(platform)
     if platform == "win32":
-        local = absolute_or_none(environ.get("LOCALAPPDATA"), flavour)
-        return local or home_dir(environ, flavour) / "AppData" / "Local"
-    if platform == "darwin":
-        return home_dir(environ, flavour) / "Library" / "Caches"
-    # The XDG spec: a relative XDG_CACHE_HOME is invalid and is to be ignored.
-    return absolute_or_none(environ.get("XDG_CACHE_HOME"), flavour) or home_dir(environ, flavour) / ".cache"
+        local = known or absolute_or_none(environ.get("LOCALAPPDATA"), flavour)
+        return local or unrecorded_home(environ, flavour) / "AppData" / "Local"
+    home = known or unrecorded_home(environ, flavour)
+    return home / "Library" / "Caches" if platform == "darwin" else home / ".cache"
+
+
+def recorded_dir(platform: str) -> PurePath | None:
+    """Where the system records this account's own directory: its local application data folder on
+    Windows, its home elsewhere; None where it records none."""
+    return _windows_local_app_data() if platform == "win32" else _password_database_home()
+
+
+def _password_database_home() -> PurePath | None:
+    """The home of the account this process runs as (its real user id), from the password database."""
+    try:
+        import pwd
+    except ImportError:  # Windows
+        return None
+    try:
+        entry = pwd.getpwuid(os.getuid())
+    except KeyError:  # a user id with no entry, as a container may run a process under
+        return None
+    return absolute_or_none(entry.pw_dir, PurePosixPath)
+
+
+# FOLDERID_LocalAppData, the known folder %LOCALAPPDATA% names.
+LOCAL_APP_DATA = uuid.UUID("F1B32785-6FBA-4FCF-9D55-7B8E7F157091")
+
+
+def _windows_local_app_data() -> PurePath | None:
+    """The account's local application data folder as the Windows shell keeps it for the account
+    (SHGetKnownFolderPath), not as the process's environment names it; None off Windows."""
+    try:
+        import ctypes
+
+        windll = getattr(ctypes, "windll")  # noqa: B009 - Windows only: typeshed declares it for Windows alone
+    except (ImportError, AttributeError):
+        return None
+    folder_id = (ctypes.c_byte * 16).from_buffer_copy(LOCAL_APP_DATA.bytes_le)
+    found = ctypes.c_wchar_p()
+    if windll.shell32.SHGetKnownFolderPath(ctypes.byref(folder_id), 0, None, ctypes.byref(found)) != 0:
+        return None
+    try:
+        return absolute_or_none(found.value, PureWindowsPath)
+    finally:
+        windll.ole32.CoTaskMemFree(found)
 
 
 def absolute_or_none(raw: str | None, flavour: type[PurePath]) -> PurePath | None:
@@ -47,24 +102,36 @@ def absolute_or_none(raw: str | None, flavour: type[PurePath]) -> PurePath | Non
     return path if path.is_absolute() else None
 
 
-def home_dir(environ: Mapping[str, str], flavour: type[PurePath]) -> PurePath:
-    """HOME, or the account's home when HOME is unset.
+def unrecorded_home(environ: Mapping[str, str], flavour: type[PurePath]) -> PurePath:
+    """HOME, for an account the system has no record of: said at start-up, as another process of the
+    same account with another HOME would use another file.
 
     A relative or empty HOME is an error: resolved against each process's working directory (or
     read as the root), it would give each router a file of its own, and a bucket of its own.
     """
-    raw = environ["HOME"] if "HOME" in environ else str(Path.home())
+    raw = environ.get("HOME", "")
     home = absolute_or_none(raw, flavour)
     if home is None:
         raise ValueError(
-            f"HOME={raw!r} is not an absolute path, so the default {STORE_ENV} (a SQLite file in the "
-            f"user cache dir) has no place: set HOME to an absolute path, or set {STORE_ENV}"
+            f"HOME={raw!r} is not an absolute path and the system has no record of this account's home, so the "
+            f"default {STORE_ENV} (a SQLite file in the user cache dir) has no place: set HOME to an absolute "
+            f"path, or set {STORE_ENV}"
         )
+    log.warning(
+        "the system has no record of this account's home, so the default %s is under HOME=%s; a process of this "
+        "account with another HOME would use another file: set %s to share one for certain",
+        STORE_ENV,
+        home,
+        STORE_ENV,
+    )
     return home
 
 
-def default_store_url(environ: Mapping[str, str], platform: str | None = None) -> str:
-    return f"{SQLITE_PREFIX}{cache_dir(environ, platform) / 'centralmcp-batch' / 'rate.sqlite3'}"
+def default_store_url(
+    environ: Mapping[str, str], platform: str | None = None, recorded: Callable[[str], PurePath | None] | None = None
+) -> str:
+    """The store every process of this account uses when none is named: a SQLite file in its cache dir."""
+    return f"{SQLITE_PREFIX}{cache_dir(environ, platform, recorded) / 'centralmcp-batch' / 'rate.sqlite3'}"
 
 
 def sqlite_path(url: str, flavour: type[PurePath]) -> PurePath:

@@ -16,6 +16,9 @@ none of its code is copied.
   secret-named keys in a result become ``cmcp_secret_<32 hex>`` tokens, kept per client session;
   a token found anywhere in a later call's arguments is swapped back for its value. (The
   router runs on SDK 1.x; on 2.x, where a session object lasts one request, one scope is kept.)
+- ``RateLimitMiddleware``: the router's per-process token bucket, its dispatch rate gate too; in the
+  chain it charges one token per inbound call, except for the tools it is told are exempt (the
+  dispatching tools and wrappers, which draw at the gate per backend call).
 - ``NullStripMiddleware``: drops the call's top-level arguments whose value is None (nested ones
   stay), so a ``"calls": null`` reaches the tool, and the audit, as no ``calls`` at all.
 - ``ResponseEnvelopeMiddleware``: a dict result with an ``error`` key, a failure ``status`` (by
@@ -35,6 +38,7 @@ import logging
 import os
 import re
 import secrets
+import time
 import weakref
 from typing import Any
 
@@ -126,6 +130,39 @@ def install_middleware(server: Any, middlewares: list[Any]) -> None:
         return manager.get_tool(name).fn_metadata.convert_result(result)
 
     manager.call_tool = call_tool
+
+
+# -- the per-process rate bucket ---------------------------------------------------------------
+
+
+class RateLimitMiddleware:
+    """The router's per-process token bucket (8 calls a second there, with a burst of ``max(2, rate)``).
+
+    Its ``acquire`` is the dispatch rate gate; in the chain it charges every inbound call except the
+    tools named exempt, which draw at the gate once per backend call.
+    """
+
+    def __init__(self, rate: float = 8.0, exempt_names: frozenset[str] = frozenset()) -> None:
+        self.rate, self.burst = rate, max(2.0, float(int(rate)))
+        self.exempt_names = exempt_names
+        self._tokens, self._refilled = self.burst, time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        while True:
+            async with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.rate)
+                self._refilled = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                short = (1.0 - self._tokens) / self.rate
+            await asyncio.sleep(short)
+
+    async def before_call(self, name: str, arguments: dict[str, Any]) -> None:
+        if name not in self.exempt_names:
+            await self.acquire()
 
 
 # -- null arguments -------------------------------------------------------------------------

@@ -4,12 +4,12 @@ Small but faithful to what CentralMCP's public docs and code state: the module-l
 server, ``_BACKENDS`` and ``_load_all_backends()`` filling ``_tool_index``/``_tool_servers``/
 ``_tool_backend_names`` from each backend's tool manager, the readOnlyHint gate and its refusal,
 HMAC continuation cursors with ``CursorError``, ``_bound_router_response``, the dispatch rate
-gate (``set_dispatch_rate_gate``), and a built-in batch outside minimal mode (typed entries,
-an item and a status per call, the batch's byte budget). Written here; none of CentralMCP's code
-is copied.
+gate (``set_dispatch_rate_gate``) and the per-process bucket its start-up puts there, a built-in
+batch (typed entries, an item and a status per call, the batch's byte budget) and a convenience
+wrapper outside minimal mode, and direct mode's backend tools published under their own names.
+Written here; none of CentralMCP's code is copied.
 """
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from standins.centralmcp_middleware import RateLimitMiddleware
 from standins.centralmcp_shared import DESTRUCTIVE, DIAGNOSTIC, MAX_LIST_LIMIT, READ_ONLY, bound_collection_response
 
 from centralmcp_batch import _compat
@@ -275,31 +275,11 @@ async def _await_dispatch_rate_gate() -> None:
         log.warning("dispatch rate gate failed; proceeding", exc_info=True)
 
 
-class RouterRateBucket:
-    """The router's own per-process token bucket, whose ``acquire`` its start-up installs as the
-    dispatch rate gate (8 calls a second there, with a burst of ``max(2, rate)``)."""
-
-    def __init__(self, rate: float = 8.0) -> None:
-        self.rate, self.burst = rate, max(2.0, float(int(rate)))
-        self._tokens, self._refilled = self.burst, time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        while True:
-            async with self._lock:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._refilled) * self.rate)
-                self._refilled = now
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                short = (1.0 - self._tokens) / self.rate
-            await asyncio.sleep(short)
-
-
-def install_router_rate_gate(rate: float = 8.0) -> RouterRateBucket:
-    """What the router's ``__main__`` block does for its rate limit: one bucket, drawn per backend call."""
-    bucket = RouterRateBucket(rate)
+def install_router_rate_gate(rate: float = 8.0) -> RateLimitMiddleware:
+    """What the router's ``__main__`` block does for its rate limit: one per-process bucket, drawn per
+    backend call at the gate and, once in the middleware chain, per inbound call of any tool that does
+    not draw there (its dispatching tools and wrappers are exempt)."""
+    bucket = RateLimitMiddleware(rate, _DISPATCHING_TOOLS | frozenset(_WRAPPERS))
     set_dispatch_rate_gate(bucket.acquire)
     return bucket
 
@@ -378,6 +358,12 @@ async def _dispatch_read_tool(
     )
 
 
+# The router's tools that dispatch to a backend, and its convenience wrappers (below): they draw one token
+# per backend call at the dispatch rate gate, so its rate middleware leaves them alone.
+_DISPATCHING_TOOLS = frozenset({"invoke_tool", "invoke_read_tool", "invoke_read_tool_batch"})
+_WRAPPERS: set[str] = set()
+
+
 @mcp.tool(annotations=READ_ONLY)
 def find_tool(query: str, top_k: int = 5) -> list[dict[str, Any]]:
     """Find backend tools by keyword."""
@@ -405,89 +391,20 @@ async def invoke_tool(ctx: Context, name: str, arguments: dict[str, Any] | None 
 
 
 if _ROUTER_MODE != "minimal":
-    # -- the built-in batch ----------------------------------------------------------------
-    # As the router's own: typed entries, each bounded on its own, dispatched one at a time through
-    # the same read path as invoke_read_tool, one item per call (a bad call never aborts the rest),
-    # and the whole answer held to a byte budget read at call time.
+    # -- the built-in batch: the tool here, its entries' checks and its budget in centralmcp_builtin_batch --
 
-    MAX_BATCH_CALLS = 25
-    MAX_BATCH_CALL_ID_CHARS = 100
-    MAX_BATCH_TOOL_NAME_CHARS = 200
-    MAX_BATCH_ARGUMENTS_BYTES = 20_000
-    MAX_BATCH_ARGUMENTS_DEPTH = 8
-    MAX_BATCH_ERROR_CHARS = 500
-    MIN_BATCH_ERROR_CHARS = 80  # what a failure's text is squeezed to before the answer may go over budget
-    _BATCH_RESPONSE_BUDGET_BYTES_ENV = "CENTRALMCP_ROUTER_BATCH_RESPONSE_MAX_BYTES"
-    _BATCH_RESPONSE_BUDGET_DEFAULT_BYTES = 300_000
+    from standins.centralmcp_builtin_batch import (
+        BatchCall,
+        _batch_budget_bytes,
+        _batch_refusal,
+        _check_entry,
+        _clip,
+        _items_bytes,
+        _overflow_envelope,
+        _shrink_to_budget,
+    )
+
     _BATCH_KEPT_STATUSES = ("blocked", "invalid_cursor", "unknown_tool")  # dispatch refusals an item keeps
-
-    class BatchCall(BaseModel):
-        """One entry of a batch. A model, not a bare dict: the input schema publishes the shape and its
-        caps, and the SDK validates every entry before the tool runs."""
-
-        model_config = ConfigDict(extra="forbid")
-
-        name: str = Field(min_length=1, max_length=MAX_BATCH_TOOL_NAME_CHARS, description="Backend tool name.")
-        arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments (default {}).")
-        id: str | None = Field(
-            default=None,
-            max_length=MAX_BATCH_CALL_ID_CHARS,
-            description="Correlation id, unique in the batch (default: the entry's index).",
-        )
-        cursor: str | None = Field(default=None, description="next_cursor of an earlier, truncated read.")
-
-    def _batch_budget_bytes() -> int:
-        # Read per call, so an operator's change applies without a restart.
-        return _env_positive_int(
-            _BATCH_RESPONSE_BUDGET_BYTES_ENV, _BATCH_RESPONSE_BUDGET_DEFAULT_BYTES, minimum=_RESPONSE_BUDGET_MIN_BYTES
-        )
-
-    def _clip(text: str, limit: int = MAX_BATCH_ERROR_CHARS) -> str:
-        return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
-
-    def _nesting(value: Any, depth: int = 0) -> int:
-        # Stops descending past the bound, so a pathological payload costs bounded recursion.
-        if depth > MAX_BATCH_ARGUMENTS_DEPTH or not isinstance(value, (dict, list)) or not value:
-            return depth
-        return max(_nesting(child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
-
-    def _as_mapping(entry: Any) -> Any:
-        # The SDK hands the tool BatchCall objects; in-process callers pass dicts (or BatchCalls).
-        return entry.model_dump() if isinstance(entry, BatchCall) else entry
-
-    def _check_entry(entry: Any, index: int) -> tuple[str, Any, dict[str, Any] | None, str | None]:
-        """``(id, name, call, why)``: ``call`` to dispatch, or ``why`` not. ``why`` states only facts of
-        the entry's shape, never an argument value (a secret in the arguments must not echo back)."""
-        entry = _as_mapping(entry)
-        fallback = str(index)
-        if not isinstance(entry, dict):
-            return fallback, None, None, "call must be an object"
-        name, call_id = entry.get("name"), entry.get("id")
-        call_id = fallback if call_id is None else call_id
-        if not isinstance(call_id, str) or not call_id.strip():
-            return fallback, name, None, "id must be a non-empty string"
-        if len(call_id) > MAX_BATCH_CALL_ID_CHARS:
-            return fallback, name, None, f"id exceeds the {MAX_BATCH_CALL_ID_CHARS}-character bound"
-        if not isinstance(name, str) or not name.strip():
-            return call_id, name, None, "name must be a non-empty string"
-        if len(name) > MAX_BATCH_TOOL_NAME_CHARS:
-            return call_id, name, None, f"name exceeds the {MAX_BATCH_TOOL_NAME_CHARS}-character bound"
-        arguments = entry.get("arguments")
-        arguments = {} if arguments is None else arguments
-        if not isinstance(arguments, dict):
-            return call_id, name, None, "arguments must be an object"
-        try:
-            size = len(json.dumps(arguments, default=str).encode("utf-8"))
-        except (TypeError, ValueError):
-            return call_id, name, None, "arguments must be JSON-serializable"
-        if size > MAX_BATCH_ARGUMENTS_BYTES:
-            return call_id, name, None, f"arguments exceed the {MAX_BATCH_ARGUMENTS_BYTES}-byte bound"
-        if _nesting(arguments) > MAX_BATCH_ARGUMENTS_DEPTH:
-            return call_id, name, None, f"arguments exceed the {MAX_BATCH_ARGUMENTS_DEPTH}-level nesting bound"
-        cursor = entry.get("cursor")
-        if cursor is not None and not isinstance(cursor, str):
-            return call_id, name, None, "cursor must be a string"
-        return call_id, name, {"name": name, "arguments": arguments, "cursor": cursor}, None
 
     async def _batch_item(ctx: Any, index: int, entry: Any, max_bytes: int) -> dict[str, Any]:
         """One entry's item: ``index``/``id``/``tool``/``server``/``status`` and ``result`` or ``error``."""
@@ -506,62 +423,6 @@ if _ROUTER_MODE != "minimal":
             status = result["status"] if refused else "error"
             return {**item, "status": status, "error": _clip(str(result.get("error", "")))}
         return {**item, "status": "ok", "result": result}
-
-    def _batch_refusal(calls: Any) -> str | None:
-        """Why the whole batch is refused before any dispatch, if it is."""
-        if not isinstance(calls, list):
-            return "calls must be a list"
-        if not calls:
-            return "calls must contain at least one entry"
-        if len(calls) > MAX_BATCH_CALLS:
-            return f"calls has {len(calls)} entries, exceeding the {MAX_BATCH_CALLS}-entry bound"
-        seen: set[str] = set()
-        for entry in map(_as_mapping, calls):  # only explicit ids: a defaulted one is its unique index
-            call_id = entry.get("id") if isinstance(entry, dict) else None
-            if isinstance(call_id, str) and call_id.strip():
-                if call_id in seen:
-                    return (
-                        f"duplicate call id {call_id!r}: ids must be unique within a batch so results can be correlated"
-                    )
-                seen.add(call_id)
-        return None
-
-    def _items_bytes(items: list[dict[str, Any]]) -> int:
-        return len(json.dumps(items, ensure_ascii=False, default=str).encode("utf-8"))
-
-    def _shrink_to_budget(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
-        """The items within ``budget`` if shrinking can do it, none dropped: first ok results give way
-        to a marker, the last call's first; then failure texts are squeezed. Every failure keeps its
-        index, id and status, so going over budget never hides that a call failed."""
-        items, shrunk = [dict(item) for item in items], False
-        for pos in reversed(range(len(items))):
-            if _items_bytes(items) <= budget:
-                return items, shrunk
-            if items[pos]["status"] == "ok":
-                kept = {key: items[pos][key] for key in ("index", "id", "tool", "server")}
-                items[pos], shrunk = {**kept, "status": "ok", "result_truncated": True, "result": None}, True
-        for pos, item in enumerate(items):
-            if _items_bytes(items) <= budget:
-                break
-            if isinstance(item.get("error"), str) and len(item["error"]) > MIN_BATCH_ERROR_CHARS:
-                items[pos] = {**item, "error": _clip(item["error"], MIN_BATCH_ERROR_CHARS), "error_truncated": True}
-                shrunk = True
-        return items, shrunk
-
-    def _overflow_envelope(items: list[dict[str, Any]], summary: dict[str, Any], budget: int) -> dict[str, Any]:
-        """The last resort when even shrunk items do not fit (many long names and ids): the counts and
-        an index/id/status skeleton, itself clipped to half the budget, never an over-budget body."""
-        skeleton = [{"index": item["index"], "id": item["id"], "status": item["status"]} for item in items]
-        while skeleton and _items_bytes(skeleton) > budget // 2:
-            skeleton.pop()
-        return {
-            "ok": False,
-            "error": f"batch response exceeded the {budget}-byte budget; results omitted",
-            "results": skeleton,
-            "results_omitted": len(items) - len(skeleton),
-            **summary,
-            "truncated": True,
-        }
 
     @mcp.tool(annotations=READ_ONLY)
     async def invoke_read_tool_batch(ctx: Context, calls: list[BatchCall]) -> dict[str, Any]:
@@ -593,8 +454,34 @@ if _ROUTER_MODE != "minimal":
         return {"ok": not failed, "results": results, **summary, "truncated": truncated}
 
 
-def install_router_middlewares() -> list[Any]:
-    """What the router's ``__main__`` block does before serving: its middleware chain, in its order."""
+if _ROUTER_MODE != "minimal":
+    # A convenience wrapper named as the backend tool it calls: the router keeps its own under that name.
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def list_sites(ctx: Context) -> Any:
+        """List sites."""
+        return await _dispatch_tool(ctx, "list_sites")
+
+    _WRAPPERS.add("list_sites")
+
+
+def _register_direct_backend_tools() -> list[str]:
+    """Direct mode: every backend tool published on the router under its own name, as the backend's own
+    tool object (not a copy), never in place of a router tool of that name."""
+    _load_all_backends()
+    published = [name for name in _tool_index if not _compat.has_tool(mcp, name)]
+    for name in published:
+        _compat.put_tool(mcp, name, _tool_index[name])
+    return published
+
+
+if _ROUTER_MODE == "direct":
+    _register_direct_backend_tools()
+
+
+def install_router_middlewares(rate_limit: Any = None) -> list[Any]:
+    """What the router's ``__main__`` block does before serving: its middleware chain, in its order, with
+    its rate bucket (``install_router_rate_gate``'s) second when given."""
     from standins.centralmcp_middleware import (
         AuditLogMiddleware,
         NullStripMiddleware,
@@ -604,5 +491,7 @@ def install_router_middlewares() -> list[Any]:
     )
 
     chain = [NullStripMiddleware(), ResponseEnvelopeMiddleware(), SecretTokenizeMiddleware(), AuditLogMiddleware()]
+    if rate_limit is not None:
+        chain.insert(1, rate_limit)
     install_middleware(mcp, chain)
     return chain

@@ -1,6 +1,7 @@
 """Stand-in backend ``aruba-monitoring``: read tools (a long list, one that takes the caller's
 Context, one whose upstream fails) and a diagnostic."""
 
+import time
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -26,10 +27,21 @@ def get_device(serial: str) -> dict[str, Any]:
 
 
 @mcp.tool(annotations=READ_ONLY)
-def get_device_events(serial: str, ctx: Context) -> dict[str, Any]:
-    # Backends that elicit or report progress need the router's Context; this one shows whose it got.
+async def get_device_events(serial: str, ctx: Context, pages: int = 5) -> dict[str, Any]:
+    # A long read that reports its own progress and logs, as a backend that pages through its upstream
+    # does; it answers the request id it was handed.
     calls.append(("get_device_events", {"serial": serial}))
-    return {"serial": serial, "request_id": str(ctx.request_id)}
+    for page in range(1, pages + 1):
+        await ctx.report_progress(page, pages, f"events page {page} of {pages}")
+    await ctx.info(f"read {pages} pages of events for {serial}")
+    return {"serial": serial, "request_id": ctx.request_id, "pages": pages}
+
+
+@mcp.tool(annotations=READ_ONLY)
+def get_device_clock(serial: str) -> dict[str, Any]:
+    # The wall clock as the backend is called: the tests count the calls that reach it in each second.
+    calls.append(("get_device_clock", {"serial": serial}))
+    return {"serial": serial, "at": time.time()}
 
 
 @mcp.tool(annotations=READ_ONLY)
