@@ -22,9 +22,9 @@ import pytest
 from hosts import HostileHost
 
 from centralmcp_batch import HostContractError, InvalidCursor, _compat, batch_tool, hosting
-from centralmcp_batch.items import MAX_RESULT_DEPTH
 from centralmcp_batch.hookspecs import hookimpl
 from centralmcp_batch.host import HostHooks
+from centralmcp_batch.items import MAX_RESULT_DEPTH
 from centralmcp_batch.models import ToolRef
 from centralmcp_batch.testing import call
 

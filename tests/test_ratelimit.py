@@ -24,12 +24,12 @@ from centralmcp_batch.ratelimit import (
     RateLimiter,
     SqliteStore,
     default_store_url,
+    gcra,
     limiter_from_env,
     open_store,
 )
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.errors import StoreUnavailable
-from centralmcp_batch.ratelimit import gcra
 
 pytestmark = pytest.mark.anyio
 LIMITER_LOG = "centralmcp_batch.ratelimit.limiter"
