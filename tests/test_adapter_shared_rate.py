@@ -125,7 +125,10 @@ async def test_the_start_up_log_says_what_draws_from_the_account_wide_limiter(
     published = len(centralmcp_rate.published_backend_tools(load_router(monkeypatch, "direct")))
     assert published == 16  # every backend tool but list_sites, whose name the router's wrapper keeps
     store = f"sqlite:///{tmp_path / 'rate.sqlite3'}"
-    gate = "invoke_read_tool, invoke_tool, the router's wrappers and batch entries (its dispatch rate gate)"
+    gate = (
+        "invoke_read_tool, invoke_tool and the router's wrappers (its dispatch rate gate); "
+        "batch entries (booked a batch at a time)"
+    )
     assert lines["direct"] == [
         f"router {router_name(lines['direct'][0])!r}: account-wide rate 8/s, burst 8, key 'central' in {store}, "
         f"drawn by {gate}; the {published} backend tools published under their own names"

@@ -2,8 +2,9 @@
 
 The router module is passed in, never imported here. Its own parts do the work: the catalog
 is its loaded backend index, the gate its readOnlyHint test with its refusal text, cursors its
-HMAC continuation cursors, the rate token its dispatch rate gate, dispatch its backends' tool
-managers and its response bounding. A router adopts the plugin with :func:`adopt`::
+HMAC continuation cursors, the rate its dispatch rate gate (a batch books the account-wide
+tokens at once, see ``centralmcp_rate``), dispatch its backends' tool managers and its response
+bounding. A router adopts the plugin with :func:`adopt`::
 
     from centralmcp_batch.adapters.centralmcp import adopt
     adopt(importlib.import_module(__name__))  # the router module itself
@@ -31,6 +32,7 @@ from ..models import CallContext, ToolRef
 from ..ratelimit import RateLimiter
 from .backend_context import entry_context
 from .centralmcp_rate import (
+    CentralMCPRateBooking,
     CentralMCPRateGate,
     account_limiter,
     gate_published_backend_tools,
@@ -296,10 +298,13 @@ def without_secrets(value: Any) -> Any:
 
 
 def host_plugins(router: ModuleType) -> list[object]:
-    """The host hook implementations over ``router``; no token hook when it has no rate gate."""
+    """The host hook implementations over ``router``; no rate hooks when it has no rate gate.
+
+    The booking and the per-call token are two plugins: the batch asks no plugin that books for a token.
+    """
     plugins: list[object] = [CentralMCPHooks(router)]
     if has_rate_gate(router):
-        plugins.append(CentralMCPRateGate(router))
+        plugins += [CentralMCPRateBooking(router), CentralMCPRateGate(router)]
     return plugins
 
 
@@ -313,8 +318,9 @@ def adopt(router: ModuleType, *, replace: bool = True, rate_limiter: RateLimiter
     router's process; in minimal mode the module keeps having none, as its own tests expect.
     ``replace=False`` refuses a router that has its own batch. A router with a dispatch rate
     gate gets the account-wide limiter (``rate_limiter``, or the one the environment names)
-    in it, so its single reads and every batch entry draw from one shared bucket; so do the
-    backend tools it publishes under their own names in direct mode (see ``centralmcp_rate``).
+    in it, so its single reads and every batch entry draw from one shared bucket (a batch books
+    its entries' tokens at once); so do the backend tools it publishes under their own names in
+    direct mode (see ``centralmcp_rate``).
     """
     server = router.mcp
     own_batch = None

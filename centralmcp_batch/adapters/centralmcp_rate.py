@@ -1,10 +1,13 @@
 """The account-wide limiter in CentralMCP's router: every backend call the router makes draws one token.
 
 The router charges its backend calls at its dispatch rate gate (``set_dispatch_rate_gate``), which
-``invoke_read_tool``, ``invoke_tool`` and its convenience wrappers await once per backend call, and
-the batch's entries too, through the ``centralmcp_acquire_rate_token`` hook. The adapter puts the
-account-wide limiter in that gate, in front of the gate the router installs at start-up (its
-per-process bucket), so both limits hold.
+``invoke_read_tool``, ``invoke_tool`` and its convenience wrappers await once per backend call. The
+adapter puts the account-wide limiter in that gate, in front of the gate the router installs at
+start-up (its per-process bucket), so both limits hold. A batch books its calls' account-wide tokens
+at once on that same limiter (``centralmcp_reserve_rate_tokens``: one store round trip per batch, a
+call the rate cannot start in time answered at once, the slots a cancelled batch did not reach given
+back), and each of its backend calls then awaits the router's own gate alone
+(``centralmcp_acquire_rate_token``): two plugins, as the batch asks no plugin that books for a token.
 
 In direct mode the router also publishes every backend tool under its own name, and a client's call
 to one goes from the router's tool manager straight to the backend's tool, past that gate: the
@@ -19,26 +22,62 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 from ..hookspecs import hookimpl
-from ..models import ToolRef
+from ..models import RateBooking, ToolRef
 from ..ratelimit import RateLimiter, limiter_from_env
 
 log = logging.getLogger("centralmcp_batch.adapters.centralmcp")
 
 
-class CentralMCPRateGate:
-    """One token of the router's dispatch rate gate per backend call, as its single reads draw."""
+class CentralMCPRateBooking:
+    """A batch's account-wide tokens, booked at once on the limiter in the router's dispatch rate gate."""
 
     def __init__(self, router: ModuleType) -> None:
         self.router = router
 
     @hookimpl
-    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> Awaitable[None]:
-        return self.router._await_dispatch_rate_gate()  # type: ignore[no-any-return] # the router's own coroutine
+    async def centralmcp_reserve_rate_tokens(self, tools: Sequence[ToolRef], within: float) -> RateBooking | None:
+        gate = shared_gate(self.router)
+        if gate is None:  # a gate the adapter did not install: each call draws the whole of it (CentralMCPRateGate)
+            return None
+        return await gate.limiter.reserve(len(tools), within)
+
+
+class CentralMCPRateGate:
+    """What a batch's backend call awaits beside its booked token: the router's own gate, once per call.
+
+    The account-wide token was booked with the batch (``CentralMCPRateBooking``), so only the gate the
+    router installed behind it is awaited here. Where the router's gate is not the adapter's (the router
+    was not adopted, or its gate was set by hand), nothing was booked and the whole gate is awaited, as
+    the router's single reads await it.
+    """
+
+    def __init__(self, router: ModuleType) -> None:
+        self.router = router
+
+    @hookimpl
+    def centralmcp_acquire_rate_token(self, tool: ToolRef) -> Awaitable[None] | None:
+        gate = shared_gate(self.router)
+        if gate is None:
+            return self.router._await_dispatch_rate_gate()  # type: ignore[no-any-return] # the router's own coroutine
+        return None if gate.own is None else _await_own_gate(self.router, gate.own)
+
+
+def shared_gate(router: ModuleType) -> SharedRateGate | None:
+    """The router's dispatch rate gate when it is the adapter's (the account-wide limiter in front)."""
+    gate = getattr(router, "_dispatch_rate_gate", None)
+    return gate if isinstance(gate, SharedRateGate) else None
+
+
+async def _await_own_gate(router: ModuleType, own: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await own()
+    except Exception:  # as the router forgives its gate: rate limiting must never block a call outright
+        log.warning("router %r: dispatch rate gate failed; proceeding", router.__name__, exc_info=True)
 
 
 class SharedRateGate:
@@ -134,11 +173,12 @@ def published_backend_tools(router: ModuleType) -> list[str]:
     )
 
 
+GATE_DRAWS = "invoke_read_tool, invoke_tool and the router's wrappers (its dispatch rate gate)"
+
+
 def report_coverage(router: ModuleType, limiter: RateLimiter, gated: bool, drawing: bool) -> None:
     """Say at start-up what draws from the account-wide limiter, and which paths stay outside it."""
-    drawn = ["invoke_read_tool, invoke_tool, the router's wrappers and batch entries (its dispatch rate gate)"]
-    if not gated:
-        drawn = []
+    drawn = [GATE_DRAWS, "batch entries (booked a batch at a time)"] if gated else []
     direct = published_backend_tools(router) if drawing else []
     if direct:  # direct mode; a tool published later draws as well
         drawn.append(f"the {len(direct)} backend tools published under their own names")

@@ -1,0 +1,249 @@
+"""An adopted CentralMCP router books a batch's account-wide tokens at once, and awaits its own gate per call.
+
+The batch books on the limiter ``adopt`` put in the router's dispatch rate gate, in one round trip of
+a real SQLite store; each backend call then awaits the gate the router installed behind it (its
+per-process bucket) alone. So one account-wide token per backend call (none for a refused entry,
+one for identical reads), one store round trip per batch, a rate report that says when the bucket
+is next free, and a cancelled batch that gives back the slots it did not reach. The router's single
+reads and ``invoke_tool`` draw as before: one token, one round trip, per call. Over real sessions,
+on both SDK lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import pytest
+from standins import monitoring_backend
+from test_adapter_centralmcp import Tokens, load_router
+
+from centralmcp_batch import _compat
+from centralmcp_batch.adapters import centralmcp
+from centralmcp_batch.ratelimit import RateLimiter, SqliteStore
+from centralmcp_batch.ratelimit.reservation import Reservation
+from centralmcp_batch.settings import BATCH_TIMEOUT
+from centralmcp_batch.testing import HostConformance
+
+pytestmark = pytest.mark.anyio
+
+
+class CountedSqliteStore(SqliteStore):
+    """A real SQLite store that counts its round trips and the tokens they booked and gave back."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.bookings: list[int] = []  # tokens booked, one number per round trip
+        self.give_backs: list[int] = []  # tokens given back, one number per round trip
+
+    async def reserve(
+        self, key: str, interval: float, burst: int, count: int = 1, within: float = math.inf
+    ) -> Reservation:
+        reservation = await super().reserve(key, interval, burst, count, within)
+        self.bookings.append(len(reservation.waits))
+        return reservation
+
+    async def give_back(self, key: str, interval: float, positions: Sequence[float]) -> None:
+        await super().give_back(key, interval, positions)
+        self.give_backs.append(len(positions))
+
+    @property
+    def round_trips(self) -> int:
+        return len(self.bookings) + len(self.give_backs)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.bookings) - sum(self.give_backs)
+
+
+def bucket_tat(path: Path) -> float:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        (tat,) = conn.execute("SELECT tat FROM gcra_buckets").fetchone()
+    return float(tat)
+
+
+def adopted_router(
+    monkeypatch: pytest.MonkeyPatch, path: Path, interval: float, burst: int, mode: str = "minimal"
+) -> tuple[ModuleType, CountedSqliteStore, Tokens]:
+    """A router as it serves: adopted over a SQLite bucket, then its start-up's own gate installed behind it."""
+    router = load_router(monkeypatch, mode)
+    store = CountedSqliteStore(path)
+    centralmcp.adopt(router, rate_limiter=RateLimiter(store, 1 / interval, burst))
+    own = Tokens()
+    router.set_dispatch_rate_gate(own)  # as the router's start-up does, after adopt
+    return router, store, own
+
+
+@contextlib.asynccontextmanager
+async def session(router: ModuleType) -> AsyncIterator[_compat.ClientHandle]:
+    async with _compat.connect(router.mcp) as client:
+        yield client
+
+
+def backend_calls() -> int:
+    return len(monitoring_backend.calls)
+
+
+def device(serial: str) -> dict[str, Any]:
+    return {"name": "get_device", "arguments": {"serial": serial}}
+
+
+LONG = 100.0  # seconds between slots: the bucket's TAT counts the tokens; a burst of 50 covers every call
+
+
+@pytest.mark.parametrize("mode", ["minimal", "default"])
+async def test_a_batch_books_its_tokens_in_one_round_trip_and_awaits_the_routers_own_gate_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    path = tmp_path / "rate.sqlite3"
+    router, store, own = adopted_router(monkeypatch, path, LONG, 50, mode)
+    calls = [device("a"), device("b"), device("c"), device("d"), device("a"), device("a"), {"name": "list_sites"}]
+    calls += [{"name": "reboot_device", "arguments": {"serial": "x"}}, {"name": "nope"}, {"name": 7}]
+    started = time.time()
+    async with session(router) as client:
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+    statuses = [item["status"] for item in response["results"]]
+    assert statuses == ["ok"] * 7 + ["blocked", "unknown_tool", "invalid_call"]
+    assert response["shared_calls"] == [[0, 4, 5]]
+    # 5 backend calls (a, b, c, d and list_sites): 5 account-wide tokens, booked in one round trip,
+    # and the router's own gate awaited once for each
+    assert backend_calls() == 5
+    assert (store.bookings, store.give_backs) == ([5], [])
+    assert round((bucket_tat(path) - started) / LONG) == 5
+    assert own.count == 5
+    # the report says when the bucket is next free (at once: the burst covers them all), where a token drawn
+    # per call could not say
+    assert (response["rate"]["tokens"], response["rate"]["next_free_seconds"]) == (5, 0.0)
+
+
+async def test_single_reads_and_invoke_tool_still_draw_one_token_in_one_round_trip_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "rate.sqlite3"
+    router, store, own = adopted_router(monkeypatch, path, LONG, 50)
+    started = time.time()
+    async with session(router) as client:
+        for serial in ("a", "a"):
+            await client.call_tool("invoke_read_tool", device(serial))
+        await client.call_tool("invoke_tool", {"name": "reboot_device", "arguments": {"serial": "x"}})
+        await client.call_tool("invoke_read_tool", {"name": "reboot_device", "arguments": {"serial": "x"}})
+    # The two reads (identical: single reads are never shared) and the write; the refused read draws nothing
+    assert (store.bookings, store.give_backs) == ([1, 1, 1], [])
+    assert round((bucket_tat(path) - started) / LONG) == 3
+    assert own.count == 3
+
+
+async def test_a_batch_the_rate_cannot_finish_in_time_answers_the_rest_at_once_and_books_nothing_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slots half a second apart, two at once, a batch time limit of 0.75 s: slots at 0, 0 and 0.5 s
+    # start in time; the next two (1.0 and 1.5 s) could not, and are answered as the batch is booked.
+    interval, limit = 0.5, 0.75
+    monkeypatch.setenv(BATCH_TIMEOUT, str(limit))
+    router, store, own = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", interval, 2)
+    told: list[tuple[float, str | None, float]] = []
+
+    def progress(done: float, total: float | None, message: str | None) -> None:
+        told.append((done, message, time.perf_counter()))
+
+    async with session(router) as client:
+        started = time.perf_counter()
+        calls = [device(f"s{i}") for i in range(5)]
+        answer = await client.call_tool("invoke_read_tool_batch", {"calls": calls}, progress=progress)
+    response = answer.structured
+    assert [item["status"] for item in response["results"]] == ["ok"] * 3 + ["error"] * 2
+    for item in response["results"][3:]:
+        assert item["error"].startswith("not dispatched: the account's rate would let this call start in ")
+        assert item["error"].endswith(f"at the soonest, after the batch time limit of {limit:g}s")
+    assert (store.bookings, store.give_backs) == ([3], [])
+    assert backend_calls() == own.count == response["rate"]["tokens"] == 3
+    rate = response["rate"]
+    assert 0.3 <= rate["waited_seconds"] <= limit  # the third call waited for its slot, about 0.5 s
+    assert 0.0 < rate["next_free_seconds"] <= 2 * interval  # the next slot, 1.0 s after the booking
+    # The two the rate refused were told at once, before the third call's slot came
+    refused_at = [at for _, message, at in told if message and "error" in message]
+    assert len(refused_at) == 2 and all(at - started < 0.4 for at in refused_at)
+    assert any(message and message.startswith("waiting for the account's rate") for _, message, _ in told)
+
+
+class HeldGate(Tokens):
+    """The router's own gate, holding the first call that reaches it until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = anyio.Event()
+
+    async def __call__(self) -> None:
+        await super().__call__()
+        self.reached.set()
+        await anyio.sleep_forever()
+
+
+async def test_a_batch_the_client_cancels_gives_back_the_slots_it_did_not_reach_in_one_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One slot at a time, half a second apart: six calls book slots up to 2.5 s ahead. The first takes
+    # its slot and is held at the router's own gate; the client cancels; the other five go back.
+    interval = 0.5
+    router, store, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", interval, 1)
+    held = HeldGate()
+    router.set_dispatch_rate_gate(held)
+    async with session(router) as client:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(client.call_tool, "invoke_read_tool_batch", {"calls": [device(f"s{i}") for i in range(6)]})
+            with anyio.fail_after(5):
+                await held.reached.wait()
+            tasks.cancel_scope.cancel()
+        with anyio.fail_after(5):
+            while not store.give_backs:
+                await anyio.sleep(0.01)
+    assert (store.bookings, store.give_backs) == ([6], [5])
+    assert held.count == 1 and backend_calls() == 0
+    # Nobody inherits the cancelled batch's booking: the next read starts within one interval
+    limiter = RateLimiter(SqliteStore(tmp_path / "rate.sqlite3"), 1 / interval, 1)
+    booking = await limiter.reserve(1)
+    await limiter.close()
+    assert booking.waits[0] <= interval  # about 2.5 s had the five slots not been given back
+
+
+async def test_a_gate_set_by_hand_past_the_adapter_is_drawn_whole_per_call_and_nothing_is_booked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The router's own tests set its _dispatch_rate_gate directly: that gate is then the only one, and a
+    # batch awaits it once per backend call, as the router's single reads do, with no booking.
+    router, store, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", LONG, 50)
+    by_hand = Tokens()
+    monkeypatch.setattr(router, "_dispatch_rate_gate", by_hand)
+    async with session(router) as client:
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": [device("a"), device("b")]})).structured
+    assert response["ok"] is True and by_hand.count == 2
+    assert store.round_trips == 0 and response["rate"]["next_free_seconds"] is None
+
+
+class TestAdoptedCentralMCPRouterConforms(HostConformance):
+    """The kit on a router as it serves: adopted over a SQLite bucket, its own gate behind the shared one."""
+
+    read_tool = "list_devices"
+    write_tool = "reboot_device"
+    read_arguments = {"site_id": "hq"}
+    read_server = "aruba-monitoring"
+
+    @pytest.fixture
+    def host_plugins(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[object]:
+        router, _, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", LONG, 50, "default")
+        return centralmcp.host_plugins(router)
+
+    def tokens_drawn(self, host_plugins: list[object]) -> int:
+        # What the account-wide bucket handed out: booked, less what was given back
+        hooks = host_plugins[0]
+        assert isinstance(hooks, centralmcp.CentralMCPHooks)
+        store = hooks.router._dispatch_rate_gate.limiter.store
+        assert isinstance(store, CountedSqliteStore)
+        return store.tokens
