@@ -446,7 +446,7 @@ async def test_a_read_after_a_batch_in_the_task_that_ran_it_asks_the_router_agai
     assert answer["_response_bounds"]["byte_limit"] == 4096
 
 
-async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(
+async def test_a_router_without_a_rate_gate_gets_no_rate_hook_and_says_so(
     router: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delattr(router, "set_dispatch_rate_gate")
@@ -454,6 +454,7 @@ async def test_a_router_without_a_rate_gate_gets_no_token_hook_and_says_so(
         pm = centralmcp.adopt(router)
     assert "has no set_dispatch_rate_gate" in caplog.text
     assert pm.hook.centralmcp_acquire_rate_token.get_hookimpls() == []
+    assert pm.hook.centralmcp_reserve_rate_tokens.get_hookimpls() == []
     assert (await batch(router, [{"name": "get_device", "arguments": {"serial": "a"}}]))["ok"] is True
 
 

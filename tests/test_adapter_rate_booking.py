@@ -27,7 +27,8 @@ from test_adapter_centralmcp import Tokens, load_router
 
 from centralmcp_batch import _compat
 from centralmcp_batch.adapters import centralmcp
-from centralmcp_batch.ratelimit import RateLimiter, SqliteStore
+from centralmcp_batch.ratelimit import RateLimiter, SqliteStore, open_store
+from centralmcp_batch.ratelimit.limiter import Store
 from centralmcp_batch.ratelimit.reservation import Reservation
 from centralmcp_batch.settings import BATCH_TIMEOUT
 from centralmcp_batch.testing import HostConformance
@@ -35,24 +36,27 @@ from centralmcp_batch.testing import HostConformance
 pytestmark = pytest.mark.anyio
 
 
-class CountedSqliteStore(SqliteStore):
-    """A real SQLite store that counts its round trips and the tokens they booked and gave back."""
+class CountedStore:
+    """A real store (SQLite or Redis) that counts its round trips and the tokens they booked and gave back."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, store: Store) -> None:
+        self.store, self.url = store, store.url
         self.bookings: list[int] = []  # tokens booked, one number per round trip
         self.give_backs: list[int] = []  # tokens given back, one number per round trip
 
     async def reserve(
         self, key: str, interval: float, burst: int, count: int = 1, within: float = math.inf
     ) -> Reservation:
-        reservation = await super().reserve(key, interval, burst, count, within)
+        reservation = await self.store.reserve(key, interval, burst, count, within)
         self.bookings.append(len(reservation.waits))
         return reservation
 
     async def give_back(self, key: str, interval: float, positions: Sequence[float]) -> None:
-        await super().give_back(key, interval, positions)
+        await self.store.give_back(key, interval, positions)
         self.give_backs.append(len(positions))
+
+    async def close(self) -> None:
+        await self.store.close()
 
     @property
     def round_trips(self) -> int:
@@ -70,15 +74,15 @@ def bucket_tat(path: Path) -> float:
 
 
 def adopted_router(
-    monkeypatch: pytest.MonkeyPatch, path: Path, interval: float, burst: int, mode: str = "minimal"
-) -> tuple[ModuleType, CountedSqliteStore, Tokens]:
-    """A router as it serves: adopted over a SQLite bucket, then its start-up's own gate installed behind it."""
+    monkeypatch: pytest.MonkeyPatch, store: Store, interval: float, burst: int, mode: str = "minimal"
+) -> tuple[ModuleType, CountedStore, Tokens]:
+    """A router as it serves: adopted over ``store``, then its start-up's own gate installed behind it."""
     router = load_router(monkeypatch, mode)
-    store = CountedSqliteStore(path)
-    centralmcp.adopt(router, rate_limiter=RateLimiter(store, 1 / interval, burst))
+    counted = CountedStore(store)
+    centralmcp.adopt(router, rate_limiter=RateLimiter(counted, 1 / interval, burst))
     own = Tokens()
     router.set_dispatch_rate_gate(own)  # as the router's start-up does, after adopt
-    return router, store, own
+    return router, counted, own
 
 
 @contextlib.asynccontextmanager
@@ -98,17 +102,19 @@ def device(serial: str) -> dict[str, Any]:
 LONG = 100.0  # seconds between slots: the bucket's TAT counts the tokens; a burst of 50 covers every call
 
 
-@pytest.mark.parametrize("mode", ["minimal", "default"])
+@pytest.mark.parametrize(("mode", "kind"), [("minimal", "sqlite"), ("default", "sqlite"), ("default", "redis")])
 async def test_a_batch_books_its_tokens_in_one_round_trip_and_awaits_the_routers_own_gate_per_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, mode: str, kind: str
 ) -> None:
     path = tmp_path / "rate.sqlite3"
-    router, store, own = adopted_router(monkeypatch, path, LONG, 50, mode)
+    inner = SqliteStore(path) if kind == "sqlite" else open_store(request.getfixturevalue("redis_url"))
+    router, store, own = adopted_router(monkeypatch, inner, LONG, 50, mode)
     calls = [device("a"), device("b"), device("c"), device("d"), device("a"), device("a"), {"name": "list_sites"}]
     calls += [{"name": "reboot_device", "arguments": {"serial": "x"}}, {"name": "nope"}, {"name": 7}]
     started = time.time()
     async with session(router) as client:
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+    await store.close()
     statuses = [item["status"] for item in response["results"]]
     assert statuses == ["ok"] * 7 + ["blocked", "unknown_tool", "invalid_call"]
     assert response["shared_calls"] == [[0, 4, 5]]
@@ -116,7 +122,8 @@ async def test_a_batch_books_its_tokens_in_one_round_trip_and_awaits_the_routers
     # and the router's own gate awaited once for each
     assert backend_calls() == 5
     assert (store.bookings, store.give_backs) == ([5], [])
-    assert round((bucket_tat(path) - started) / LONG) == 5
+    if kind == "sqlite":  # the bucket itself, read apart from the store's answers
+        assert round((bucket_tat(path) - started) / LONG) == 5
     assert own.count == 5
     # the report says when the bucket is next free (at once: the burst covers them all), where a token drawn
     # per call could not say
@@ -127,7 +134,7 @@ async def test_single_reads_and_invoke_tool_still_draw_one_token_in_one_round_tr
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "rate.sqlite3"
-    router, store, own = adopted_router(monkeypatch, path, LONG, 50)
+    router, store, own = adopted_router(monkeypatch, SqliteStore(path), LONG, 50)
     started = time.time()
     async with session(router) as client:
         for serial in ("a", "a"):
@@ -147,7 +154,7 @@ async def test_a_batch_the_rate_cannot_finish_in_time_answers_the_rest_at_once_a
     # start in time; the next two (1.0 and 1.5 s) could not, and are answered as the batch is booked.
     interval, limit = 0.5, 0.75
     monkeypatch.setenv(BATCH_TIMEOUT, str(limit))
-    router, store, own = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", interval, 2)
+    router, store, own = adopted_router(monkeypatch, SqliteStore(tmp_path / "rate.sqlite3"), interval, 2)
     told: list[tuple[float, str | None, float]] = []
 
     def progress(done: float, total: float | None, message: str | None) -> None:
@@ -192,7 +199,7 @@ async def test_a_batch_the_client_cancels_gives_back_the_slots_it_did_not_reach_
     # One slot at a time, half a second apart: six calls book slots up to 2.5 s ahead. The first takes
     # its slot and is held at the router's own gate; the client cancels; the other five go back.
     interval = 0.5
-    router, store, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", interval, 1)
+    router, store, _ = adopted_router(monkeypatch, SqliteStore(tmp_path / "rate.sqlite3"), interval, 1)
     held = HeldGate()
     router.set_dispatch_rate_gate(held)
     async with session(router) as client:
@@ -218,13 +225,28 @@ async def test_a_gate_set_by_hand_past_the_adapter_is_drawn_whole_per_call_and_n
 ) -> None:
     # The router's own tests set its _dispatch_rate_gate directly: that gate is then the only one, and a
     # batch awaits it once per backend call, as the router's single reads do, with no booking.
-    router, store, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", LONG, 50)
+    router, store, _ = adopted_router(monkeypatch, SqliteStore(tmp_path / "rate.sqlite3"), LONG, 50)
     by_hand = Tokens()
     monkeypatch.setattr(router, "_dispatch_rate_gate", by_hand)
     async with session(router) as client:
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": [device("a"), device("b")]})).structured
     assert response["ok"] is True and by_hand.count == 2
     assert store.round_trips == 0 and response["rate"]["next_free_seconds"] is None
+
+
+async def test_a_router_adopted_twice_and_with_no_gate_of_its_own_still_books_once_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Embedded without its start-up (no gate of its own behind the shared one), and adopted a second time:
+    # the batch books once, on the one account-wide limiter, and has nothing else to await.
+    router = load_router(monkeypatch, "minimal")
+    store = CountedStore(SqliteStore(tmp_path / "rate.sqlite3"))
+    centralmcp.adopt(router, rate_limiter=RateLimiter(store, 1 / LONG, 50))
+    centralmcp.adopt(router)
+    async with session(router) as client:
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": [device("a"), device("b")]})).structured
+    assert response["ok"] is True and backend_calls() == 2
+    assert (store.bookings, store.give_backs) == ([2], [])
 
 
 class TestAdoptedCentralMCPRouterConforms(HostConformance):
@@ -237,7 +259,7 @@ class TestAdoptedCentralMCPRouterConforms(HostConformance):
 
     @pytest.fixture
     def host_plugins(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[object]:
-        router, _, _ = adopted_router(monkeypatch, tmp_path / "rate.sqlite3", LONG, 50, "default")
+        router, _, _ = adopted_router(monkeypatch, SqliteStore(tmp_path / "rate.sqlite3"), LONG, 50, "default")
         return centralmcp.host_plugins(router)
 
     def tokens_drawn(self, host_plugins: list[object]) -> int:
@@ -245,5 +267,5 @@ class TestAdoptedCentralMCPRouterConforms(HostConformance):
         hooks = host_plugins[0]
         assert isinstance(hooks, centralmcp.CentralMCPHooks)
         store = hooks.router._dispatch_rate_gate.limiter.store
-        assert isinstance(store, CountedSqliteStore)
+        assert isinstance(store, CountedStore)
         return store.tokens
