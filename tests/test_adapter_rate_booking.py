@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -23,11 +24,12 @@ from typing import Any
 import anyio
 import pytest
 from standins import monitoring_backend
-from test_adapter_centralmcp import Tokens, load_router
+from test_adapter_centralmcp import TESTS, Tokens, load_router, write_adopted_router
 
 from centralmcp_batch import _compat
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.ratelimit import RateLimiter, SqliteStore, open_store
+from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.limiter import Store
 from centralmcp_batch.ratelimit.reservation import Reservation
 from centralmcp_batch.settings import BATCH_TIMEOUT
@@ -247,6 +249,87 @@ async def test_a_router_adopted_twice_and_with_no_gate_of_its_own_still_books_on
         response = (await client.call_tool("invoke_read_tool_batch", {"calls": [device("a"), device("b")]})).structured
     assert response["ok"] is True and backend_calls() == 2
     assert (store.bookings, store.give_backs) == ([2], [])
+
+
+# -- real router processes sharing one SQLite file --------------------------------------------------------
+
+# Every write of the bucket's row, logged by triggers the routers never see: each store round trip (a booking
+# or a giving back, one transaction) writes it once.
+TRACE = """
+CREATE TABLE trips (n INTEGER PRIMARY KEY AUTOINCREMENT, old_tat REAL, new_tat REAL, at REAL);
+CREATE TRIGGER trip_insert AFTER INSERT ON gcra_buckets BEGIN
+  INSERT INTO trips (old_tat, new_tat, at) VALUES (NULL, new.tat, (julianday('now') - 2440587.5) * 86400.0);
+END;
+CREATE TRIGGER trip_update AFTER UPDATE ON gcra_buckets BEGIN
+  INSERT INTO trips (old_tat, new_tat, at) VALUES (old.tat, new.tat, (julianday('now') - 2440587.5) * 86400.0);
+END;
+"""
+
+
+def traced_file(path: Path) -> Path:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        for schema in (sqlite_store.SCHEMA, sqlite_store.CLOCK_SCHEMA, sqlite_store.PACE_SCHEMA):
+            conn.execute(schema)
+        conn.executescript(TRACE)
+    return path
+
+
+def tokens_per_trip(path: Path, interval: float) -> list[int]:
+    """The tokens each store round trip booked, in order (a trip that gave tokens back counts them negative)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT old_tat, new_tat, at FROM trips ORDER BY n").fetchall()
+    return [
+        round((new - max(old or 0.0, at)) / interval) if new > (old or 0.0) else -round((old - new) / interval)
+        for old, new, at in rows
+    ]
+
+
+def most_in_a_window(stamps: list[float], window: float) -> int:
+    ordered = sorted(stamps)
+    return max(sum(1 for later in ordered[i:] if later < start + window + 0.01) for i, start in enumerate(ordered))
+
+
+@pytest.mark.slow
+async def test_router_processes_sharing_a_file_book_a_batch_in_one_round_trip_and_keep_the_accounts_rate(
+    tmp_path: Path,
+) -> None:
+    # Two stand-in routers run as scripts with the documented adoption, their start-up installing their own
+    # bucket behind the shared one, as CentralMCP's __main__ does; each sends a batch of 10 and a single read.
+    rate, burst, per_batch = 20.0, 4, 10
+    script = write_adopted_router(
+        tmp_path / "tool_router.py", "install_router_middlewares(install_router_rate_gate(1000.0))"
+    )
+    path = traced_file(tmp_path / "rate.sqlite3")
+    env = {
+        "PYTHONPATH": str(TESTS),
+        "CENTRALMCP_ROUTER_MODE": "default",
+        "CENTRALMCP_ROUTER_RATE_STORE": f"sqlite:///{path}",
+        "CENTRALMCP_ROUTER_RATE_PER_SECOND": str(rate),
+        "CENTRALMCP_ROUTER_RATE_BURST": str(burst),
+    }
+    params = _compat.StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
+    stamps: list[float] = []
+
+    async def reads_of(client: _compat.ClientHandle, router: int) -> None:
+        calls = [{"name": "get_device_clock", "arguments": {"serial": f"r{router}-{i}"}} for i in range(per_batch)]
+        response = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
+        assert response["ok"] is True and response["rate"]["tokens"] == per_batch
+        assert response["rate"]["next_free_seconds"] is not None
+        stamps.extend(item["result"]["at"] for item in response["results"])
+        single = await client.call_tool("invoke_read_tool", {"name": "get_device_clock", "arguments": {"serial": "s"}})
+        stamps.append(single.payload["at"])
+
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(_compat.connect(params)) for _ in range(2)]
+        async with anyio.create_task_group() as tasks:
+            for router, client in enumerate(clients):
+                tasks.start_soon(reads_of, client, router)
+    # A batch's 10 tokens in one round trip, a single read's one in its own: 4 round trips for 22 calls
+    assert sorted(tokens_per_trip(path, 1 / rate)) == [1, 1, per_batch, per_batch]
+    assert len(stamps) == 2 * (per_batch + 1)
+    for window in (0.25, 0.5, 1.0):  # the account's rate holds across both processes
+        assert most_in_a_window(stamps, window) <= rate * window + burst
 
 
 class TestAdoptedCentralMCPRouterConforms(HostConformance):
