@@ -20,7 +20,17 @@ from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
 from .bounding import Bounds, bound
-from .catalog import BackendOptions, Catalog
+from .catalog import (
+    CAPABILITIES,
+    MAX_QUERY_CHARS,
+    MAX_QUERY_WORDS,
+    MAX_SERVER_CHARS,
+    MAX_TOP_K,
+    BackendOptions,
+    Catalog,
+    search_problem,
+    whole_number,
+)
 from .cursors import CursorSigner
 from .limiter import RateLimiter, limiter_from_env
 
@@ -201,7 +211,14 @@ class Router:
 
     def _add_tools(self) -> None:
         read = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
-        _compat.add_tool(self.server, self._find_tool_fn(), name="find_tool", description=FIND_TOOL, annotations=read)
+        _compat.add_tool(
+            self.server,
+            self._find_tool_fn(),
+            name="find_tool",
+            description=FIND_TOOL,
+            annotations=read,
+            input_schema=FIND_TOOL_SCHEMA,
+        )
         _compat.add_tool(
             self.server,
             self._invoke_read_tool_fn(),
@@ -211,10 +228,15 @@ class Router:
         )
 
     def _find_tool_fn(self) -> Any:
+        # Loose parameters, checked here against the published schema's bounds: the SDK's own check
+        # would answer a wrong type with pydantic's text, which quotes the value.
         async def find_tool(
-            query: str, top_k: int = 5, server: str | None = None, capability: str | None = None
+            query: Any = None, top_k: Any = 5, server: Any = None, capability: Any = None
         ) -> dict[str, Any]:
-            hits = self.catalog.search(query, top_k, server, capability)
+            problem = search_problem(query, top_k, server, capability)
+            if problem is not None:
+                raise _compat.ToolError(problem)
+            hits = self.catalog.search(query, whole_number(top_k) or 0, server, capability)
             return {"query": query, "count": len(hits), "results": hits}
 
         return find_tool
@@ -283,6 +305,21 @@ FIND_TOOL = """Find backend tools by keywords over their names and descriptions.
 Returns up to top_k matches with name, server, description, params, capability (read,
 diagnostic, write, destructive), recommended_dispatcher and read_only. Filter by server or
 capability. Call read tools with invoke_read_tool or, several at once, invoke_read_tool_batch."""
+
+FIND_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "maxLength": MAX_QUERY_CHARS,
+            "description": f"keywords, at most {MAX_QUERY_WORDS} distinct",
+        },
+        "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 5},
+        "server": {"anyOf": [{"type": "string", "maxLength": MAX_SERVER_CHARS}, {"type": "null"}], "default": None},
+        "capability": {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "null"}], "default": None},
+    },
+    "required": ["query"],
+}
 
 INVOKE_READ_TOOL = """Call one read-only backend tool by name.
 
