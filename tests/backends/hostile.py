@@ -14,6 +14,7 @@ anything, for good, as a stuck server does. ``HOSTILE_SEEN`` names a file to app
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -42,6 +43,10 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "error_structured": {"content": [], "structuredContent": {"reason": "quota"}, "isError": True},
     "disagree": {"content": [text('{"a": 2}')], "structuredContent": {"a": 1}},
     "not_json": {"content": [text("plain words, not JSON")]},
+    # NaN and the infinities as Python's json writes them (no JSON has them): structured, and as the text alone
+    "nan_structured": {"content": [text("{}")], "structuredContent": {"ratio": math.nan, "rows": [math.inf, 1]}},
+    "nan_text": {"content": [text('{"ratio": NaN, "low": -Infinity, "rows": [NaN, 2]}')]},
+    "nan_alone": {"content": [text("NaN")]},
     "surrogate": {"content": [text('{"s": "\\ud800 lone"}')]},
     "schema_mismatch": {"content": [text('{"count": "many"}')], "structuredContent": {"count": "many"}},
     "schema_missing": {"content": [text('{"count": 3}')]},
