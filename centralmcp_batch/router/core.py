@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -18,6 +19,7 @@ from ..host import HostHooks
 from ..models import MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
+from ..worker_threads import run_sync_abandonable
 from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
 from .bounding import Bounds, bound
 from .catalog import (
@@ -191,21 +193,26 @@ class Router:
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
-            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
+            code = getattr(answer, "code", None)  # a JSON-RPC error's (see backends.ErrorResponse)
+            return {"error": await self.error_text(tool, arguments, answer.text, code) or "the tool reported an error"}
         # A batch entry's share of the batch budget may be larger than a single read's own bound: an
         # entry is never bounded looser than the same read alone would be.
         bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
 
-    def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str) -> str:
-        """A backend's error as the caller may see it: a validation error is retold without its values."""
-        if not validation.is_validation_error(text):
-            return text
-        fields = validation.field_names(self.catalog.input_schema(tool.name))
+    async def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str, code: int | None = None) -> str:
+        """A backend's error as the caller may see it, never with an argument value (see ``validation``): an
+        argument error is built anew, any other text has the call's values cut out."""
+        schema = self.catalog.input_schema(tool.name)
         local = self.local.get(tool.server or "")
-        details = None if local is None else _compat.argument_errors(local, tool.name, arguments)
-        return validation.retold(tool.name, text, details, fields)
+        details = None
+        if local is not None and validation.is_argument_error(text, code):
+            details = _compat.argument_errors(local, tool.name, arguments)
+        # Pure Python over up to 20,000 bytes of arguments (a jsonschema check, a search for each value): in a
+        # worker thread, so that a batch of such errors never holds the event loop that serves other clients.
+        told = functools.partial(validation.retold, tool.name, text, arguments, schema, code=code, details=details)
+        return await run_sync_abandonable(told)
 
     # -- the router's own tools -------------------------------------------------------
 

@@ -51,7 +51,9 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "schema_mismatch": {"content": [text('{"count": "many"}')], "structuredContent": {"count": "many"}},
     "schema_missing": {"content": [text('{"count": 3}')]},
     "malformed": {"content": "not a list"},
-    "rpc_error": {"rpc_error": {"code": -32602, "message": "no such thing here"}},
+    "rpc_error": {"rpc_error": {"code": -32603, "message": "no such thing here"}},
+    # JSON-RPC's "Invalid params": about the arguments, whatever its words
+    "rpc_invalid_params": {"rpc_error": {"code": -32602, "message": "no such thing here"}},
     "invoke_read_tool_batch": {"content": [text('{"who": "backend"}')]},
     "find_tool": {"content": [text('{"who": "backend find_tool"}')]},
 }
