@@ -98,6 +98,14 @@ def dumps(value: Any) -> str:
     return encode(value).decode()
 
 
+def written(value: Any) -> str:
+    """``dumps(value)`` without ``check_plain``, for a value already found plain: an assembled response, each of
+    whose items was sized. The check costs four times pydantic's encoding (70 against 15 us for a batch of 25
+    device reads). Should anything not plain be left in it, it is written as the SDKs write the structured
+    content beside it (NaN as null)."""
+    return pydantic_core.to_json(value, inf_nan_mode="null").decode()
+
+
 def as_json(value: Any) -> Any:
     """``value`` in plain JSON values, as an MCP server SDK writes a tool's answer: pydantic's rules
     (a datetime as ISO text, a model as its fields, a set as a list), ``str()`` for anything else.
