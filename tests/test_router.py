@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import socket
 import subprocess
@@ -72,6 +74,42 @@ async def test_find_tool_classifies_like_centralmcp(router: Router) -> None:
     assert hits["get_ticket"]["params"] == ["ticket_id"] and hits["get_ticket"]["server"] == "tickets"
     only_reads = await call(router.server, "find_tool", {"query": "ticket", "capability": "read"})
     assert {hit["capability"] for hit in only_reads.structured["results"]} == {"read"}
+
+
+def nan_server() -> Any:
+    """An in-process backend whose reads return NaN and the infinities: as a float, in a dict, in a list."""
+    server = _compat.new_server("odd-floats")
+    read = {"readOnlyHint": True}
+
+    def ratio() -> float:
+        return math.nan
+
+    def health() -> dict[str, Any]:
+        return {"cpu": math.inf, "memory": -math.inf, "temperatures": [21.5, math.nan]}
+
+    def samples() -> list[float]:
+        return [1.0, math.nan, -math.inf]
+
+    for fn in (ratio, health, samples):
+        _compat.add_tool(server, fn, name=fn.__name__, description=fn.__name__, annotations=read)
+    return server
+
+
+async def test_nan_and_infinity_from_an_in_process_backend_are_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the SDKs write them in any answer; a batch entry or a single read that returns one is ok, not an error.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+    router = Router({"odd-floats": nan_server()})
+    expected = {
+        "ratio": {"result": None},
+        "health": {"cpu": None, "memory": None, "temperatures": [21.5, None]},
+        "samples": {"result": [1.0, None, None]},
+    }
+    answer = await call(router.server, "invoke_read_tool_batch", {"calls": [{"name": name} for name in expected]})
+    assert json.loads(answer.text, parse_constant=lambda constant: pytest.fail(constant)) == answer.structured
+    for item, (name, result) in zip(answer.structured["results"], expected.items(), strict=True):
+        assert item["status"] == "ok" and {key: item["result"][key] for key in result} == result, item
+        alone = (await call(router.server, "invoke_read_tool", {"name": name})).structured
+        assert {key: alone[key] for key in result} == result, alone
 
 
 async def test_the_gate_refuses_everything_but_reads_with_centralmcps_message(router: Router) -> None:

@@ -341,12 +341,21 @@ async def _probe(client: _compat.ClientHandle, seconds: float) -> bool | None:
     return None if seconds < MIN_PROBE_SECONDS else False
 
 
+@dataclass(frozen=True)
+class ErrorResponse(_compat.Answer):
+    """A call the backend answered with a JSON-RPC error, as an error answer that keeps the error's code
+    (-32602, "Invalid params", tells the router the error is about the arguments)."""
+
+    code: int | None = None
+
+
 def _failed_call(exc: Exception) -> _compat.Answer:
     """A call the backend answered with a JSON-RPC error, whose answer was lost, or that the client refused, as an
     error answer."""
     message = _compat.error_response_text(exc)
     if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
-        return _compat.Answer(is_error=True, text=message)
+        code = getattr(getattr(exc, "error", None), "code", None)  # both SDK lines' ErrorData
+        return ErrorResponse(is_error=True, text=message, code=code if isinstance(code, int) else None)
     if isinstance(exc, _compat.AnswerLost):  # SDK 1.x's; 2.x answers such a call with an error of its own
         return _compat.Answer(is_error=True, text=str(exc))
     # e.g. structured content that breaks the tool's output schema; the detail after the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -18,9 +19,20 @@ from ..host import HostHooks
 from ..models import MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
+from ..worker_threads import run_sync_abandonable
 from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
 from .bounding import Bounds, bound
-from .catalog import BackendOptions, Catalog
+from .catalog import (
+    CAPABILITIES,
+    MAX_QUERY_CHARS,
+    MAX_QUERY_WORDS,
+    MAX_SERVER_CHARS,
+    MAX_TOP_K,
+    BackendOptions,
+    Catalog,
+    search_problem,
+    whole_number,
+)
 from .cursors import CursorSigner
 from .limiter import RateLimiter, limiter_from_env
 
@@ -181,27 +193,39 @@ class Router:
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
-            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
+            code = getattr(answer, "code", None)  # a JSON-RPC error's (see backends.ErrorResponse)
+            return {"error": await self.error_text(tool, arguments, answer.text, code) or "the tool reported an error"}
         # A batch entry's share of the batch budget may be larger than a single read's own bound: an
         # entry is never bounded looser than the same read alone would be.
         bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
 
-    def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str) -> str:
-        """A backend's error as the caller may see it: a validation error is retold without its values."""
-        if not validation.is_validation_error(text):
-            return text
-        fields = validation.field_names(self.catalog.input_schema(tool.name))
+    async def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str, code: int | None = None) -> str:
+        """A backend's error as the caller may see it, never with an argument value (see ``validation``): an
+        argument error is built anew, any other text has the call's values cut out."""
+        schema = self.catalog.input_schema(tool.name)
         local = self.local.get(tool.server or "")
-        details = None if local is None else _compat.argument_errors(local, tool.name, arguments)
-        return validation.retold(tool.name, text, details, fields)
+        details = None
+        if local is not None and validation.is_argument_error(text, code):
+            details = _compat.argument_errors(local, tool.name, arguments)
+        # Pure Python over up to 20,000 bytes of arguments (a jsonschema check, a search for each value): in a
+        # worker thread, so that a batch of such errors never holds the event loop that serves other clients.
+        told = functools.partial(validation.retold, tool.name, text, arguments, schema, code=code, details=details)
+        return await run_sync_abandonable(told)
 
     # -- the router's own tools -------------------------------------------------------
 
     def _add_tools(self) -> None:
         read = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
-        _compat.add_tool(self.server, self._find_tool_fn(), name="find_tool", description=FIND_TOOL, annotations=read)
+        _compat.add_tool(
+            self.server,
+            self._find_tool_fn(),
+            name="find_tool",
+            description=FIND_TOOL,
+            annotations=read,
+            input_schema=FIND_TOOL_SCHEMA,
+        )
         _compat.add_tool(
             self.server,
             self._invoke_read_tool_fn(),
@@ -211,10 +235,15 @@ class Router:
         )
 
     def _find_tool_fn(self) -> Any:
+        # Loose parameters, checked here against the published schema's bounds: the SDK's own check
+        # would answer a wrong type with pydantic's text, which quotes the value.
         async def find_tool(
-            query: str, top_k: int = 5, server: str | None = None, capability: str | None = None
+            query: Any = None, top_k: Any = 5, server: Any = None, capability: Any = None
         ) -> dict[str, Any]:
-            hits = self.catalog.search(query, top_k, server, capability)
+            problem = search_problem(query, top_k, server, capability)
+            if problem is not None:
+                raise _compat.ToolError(problem)
+            hits = self.catalog.search(query, whole_number(top_k) or 0, server, capability)
             return {"query": query, "count": len(hits), "results": hits}
 
         return find_tool
@@ -283,6 +312,21 @@ FIND_TOOL = """Find backend tools by keywords over their names and descriptions.
 Returns up to top_k matches with name, server, description, params, capability (read,
 diagnostic, write, destructive), recommended_dispatcher and read_only. Filter by server or
 capability. Call read tools with invoke_read_tool or, several at once, invoke_read_tool_batch."""
+
+FIND_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "maxLength": MAX_QUERY_CHARS,
+            "description": f"keywords, at most {MAX_QUERY_WORDS} distinct",
+        },
+        "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 5},
+        "server": {"anyOf": [{"type": "string", "maxLength": MAX_SERVER_CHARS}, {"type": "null"}], "default": None},
+        "capability": {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "null"}], "default": None},
+    },
+    "required": ["query"],
+}
 
 INVOKE_READ_TOOL = """Call one read-only backend tool by name.
 
