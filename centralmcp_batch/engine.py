@@ -497,7 +497,7 @@ async def run_batch(
 
 
 async def read_one(
-    name: str, arguments: Any, cursor: Any, host: Host, settings: BatchSettings, max_bytes: int
+    name: Any, arguments: Any, cursor: Any, host: Host, settings: BatchSettings, max_bytes: int
 ) -> Outcome:
     """One read through the same stages as a batch entry, its own time limit over all of them.
 

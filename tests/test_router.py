@@ -18,7 +18,7 @@ from backends.tickets import tickets_server
 
 from centralmcp_batch import HostContractError, _compat
 from centralmcp_batch.hookspecs import hookimpl
-from centralmcp_batch.router import BackendOptions, HttpBackend, Router, StdioBackend
+from centralmcp_batch.router import BackendOptions, HttpBackend, Router, StdioBackend, demo
 from centralmcp_batch.router.bounding import Bounds, bound
 from centralmcp_batch.router.limiter import TokenBucket
 from centralmcp_batch.testing import call
@@ -387,3 +387,27 @@ async def wait_for_port(port: int) -> None:
 def test_backend_specs_are_plain_data() -> None:
     assert StdioBackend("python", ("-m", "x")).args == ("-m", "x")
     assert HttpBackend("http://127.0.0.1:1/mcp").url.endswith("/mcp")
+
+
+SECRET_VALUE = "SECRET-" * 40  # longer than a name may be
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"name": SECRET_VALUE}, "name must be at most 200 characters"),
+        ({"name": 7}, "name must be a non-empty string"),
+        ({"name": "list_sites", "arguments": SECRET_VALUE}, "arguments must be an object"),
+        ({"name": "list_sites", "arguments": ["x", SECRET_VALUE]}, "arguments must be an object"),
+        ({"name": "list_sites", "arguments": {"a": "\ud800" + SECRET_VALUE}}, "arguments must be JSON-serializable"),
+        ({"name": "list_sites", "cursor": 42}, "cursor must be a string"),
+    ],
+)
+async def test_a_single_read_of_the_wrong_shape_is_refused_as_a_batch_entry_is_and_echoes_no_value(
+    arguments: dict[str, Any], error: str
+) -> None:
+    # The SDK's own check of typed parameters answered with pydantic's text, which quotes the value.
+    router = Router(demo.demo_backends())
+    answer = await call(router.server, "invoke_read_tool", arguments)
+    assert answer.structured is not None and answer.structured["status"] == "invalid_call", answer.text
+    assert answer.structured["error"] == error and "SECRET" not in answer.text

@@ -16,7 +16,7 @@ from ..entries import is_utf8
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
-from ..models import MAX_NAME_CHARS, ToolRef
+from ..models import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from ..worker_threads import run_sync_abandonable
@@ -232,6 +232,7 @@ class Router:
             name="invoke_read_tool",
             description=INVOKE_READ_TOOL,
             annotations={**read, "openWorldHint": True},
+            input_schema=INVOKE_READ_TOOL_SCHEMA,
         )
 
     def _find_tool_fn(self) -> Any:
@@ -249,18 +250,18 @@ class Router:
         return find_tool
 
     def _invoke_read_tool_fn(self) -> Any:
+        # Loose parameters, as find_tool's: the stages check them as a batch entry is checked, where the SDK's
+        # own check would answer a wrong type with pydantic's text, which quotes the value.
         async def invoke_read_tool(
-            ctx: _compat.Context, name: str, arguments: dict[str, Any] | None = None, cursor: str | None = None
+            ctx: _compat.Context, name: Any = None, arguments: Any = None, cursor: Any = None
         ) -> dict[str, Any]:
-            return await self.read(name, arguments or {}, cursor, request=ctx)
+            return await self.read(name, arguments, cursor, request=ctx)
 
         return invoke_read_tool
 
-    async def read(
-        self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
-    ) -> dict[str, Any]:
+    async def read(self, name: Any, arguments: Any, cursor: Any = None, request: Any = None) -> dict[str, Any]:
         """One read through the same stages as a batch entry (``engine.read_one``)."""
-        if not is_utf8(name):
+        if isinstance(name, str) and not is_utf8(name):
             # SDK 1.x's HTTP parser lets a lone surrogate through; echoed back, it made an answer no
             # JSON can carry, and the client got the SDK's "Error serializing to JSON" instead.
             shown = name.encode("utf-8", "backslashreplace").decode()
@@ -270,7 +271,7 @@ class Router:
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
-        echoed = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
+        echoed = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS else None  # what was refused is not
         return {"error": outcome.error, "tool": echoed, "status": outcome.status}
 
 
@@ -326,6 +327,20 @@ FIND_TOOL_SCHEMA: dict[str, Any] = {
         "capability": {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "null"}], "default": None},
     },
     "required": ["query"],
+}
+
+INVOKE_READ_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "the backend tool"},
+        "arguments": {
+            "anyOf": [{"type": "object"}, {"type": "null"}],
+            "default": None,
+            "description": f"at most {MAX_ARGUMENT_BYTES} bytes as JSON, {MAX_ARGUMENT_DEPTH} levels deep",
+        },
+        "cursor": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+    },
+    "required": ["name"],
 }
 
 INVOKE_READ_TOOL = """Call one read-only backend tool by name.
