@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,7 +18,7 @@ from ..host import HostHooks
 from ..models import MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
-from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
+from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, ToolsChanged, is_remote
 from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
@@ -32,6 +32,9 @@ CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
 NOT_READ_ONLY = (
     "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
+CHANGED_SINCE_CHECKED = (
+    "Tool '{name}' changed on its backend after this call was checked, and was not called: call it again."
 )
 FIRST_CONNECT_SECONDS = 30.0
 
@@ -144,14 +147,22 @@ class Router:
                 waits.cancel_scope.cancel()  # every first attempt is over: stop watching ``abandon``
 
     def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
-        """On every (re)connect: the catalog holds the backend's current tools, and only those."""
+        """On every (re)connect, and each time the backend says its tools changed: the catalog holds the
+        backend's current tools, and only those. Names another backend serves are left out; a name this
+        one gave up goes to a backend that was refused it before."""
+        before = {entry.ref.name for entry in self.catalog.entries.values() if entry.ref.server == name}
         conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
-        if conflicts:
+        if conflicts and conflicts != self.conflicts.get(name):  # told again only when it changes
             left_out = ", ".join(sorted(conflicts))
             log.error("backend %r publishes tool names other backends serve, left out: %s", name, left_out)
+        if conflicts:
             self.conflicts[name] = conflicts
         else:
             self.conflicts.pop(name, None)
+        freed = before - {tool.name for tool in tools}
+        for other, refused in list(self.conflicts.items()):
+            if other != name and freed & refused.keys() and other in self.remotes:
+                self._index_remote(other, self.remotes[other].tools)
 
     def _check_first_connects(self) -> None:
         if self.conflicts:  # at start-up, as for in-process backends, a duplicate name is an error
@@ -170,14 +181,46 @@ class Router:
 
     # -- the backend call -------------------------------------------------------------
 
+    def find(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        """The catalog's tool ``name``; to be awaited while a backend that may serve it reads its changed tools.
+
+        The backend that serves it now, or, for a name no backend serves, every backend whose new list
+        is pending (a tool may be new, or renamed).
+        """
+        tool = self.catalog.find(name)
+        servers = [tool.server] if tool is not None else self.remotes
+        pending = [self.remotes[server] for server in servers if server in self.remotes]
+        if not any(remote.tools_pending() for remote in pending):
+            return tool
+        return self._found_once_listed(name, pending)
+
+    async def _found_once_listed(self, name: str, remotes: list[RemoteBackend]) -> ToolRef | None:
+        for remote in remotes:
+            await remote.tools_listed()
+        return self.catalog.find(name)
+
     async def call_backend(self, tool: ToolRef, arguments: Mapping[str, Any]) -> _compat.Answer:
+        """``tool``'s answer; ``ToolsChanged`` when its remote backend changed it after it was looked up."""
         if tool.server in self.local:
             return await _compat.call_server_tool(self.local[tool.server], tool.name, arguments)
-        return await self.remotes[tool.server or ""].call(tool.name, arguments)
+        remote = self.remotes[tool.server or ""]
+        return await remote.call(tool.name, arguments, unchanged=lambda: self.catalog.find(tool.name) == tool)
+
+    def refusal_after_change(self, tool: ToolRef) -> dict[str, str]:
+        """What a call to ``tool`` is answered once its backend changed it after the call was checked: the gate
+        decides again on the tool as it is now (a tool that is still a read, but another, is refused all the same)."""
+        now = self.catalog.find(tool.name)
+        if now is None:
+            return {"status": "unknown_tool", "error": pipeline.unknown_tool_message(tool.name)}
+        if not now.read_only:
+            return {"status": "blocked", "error": NOT_READ_ONLY.format(name=tool.name)}
+        return {"status": "blocked", "error": CHANGED_SINCE_CHECKED.format(name=tool.name)}
 
     async def dispatch(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int | None) -> Any:
         try:
             answer = await self.call_backend(tool, arguments)
+        except ToolsChanged:
+            return self.refusal_after_change(tool)
         except ConnectionError as exc:
             return {"error": str(exc)}
         if answer.is_error:
@@ -260,8 +303,8 @@ class RouterHooks:
         self.router = router
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
-        return self.router.catalog.find(name)
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        return self.router.find(name)
 
     @hookimpl
     def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
