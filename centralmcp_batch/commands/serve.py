@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..router.serve import HttpAccess, serve
+from ..router.urls import hide_urls_in_logs, hosts_only
 from . import CommandFailed, load_router
 
 log = logging.getLogger(__name__)
@@ -19,11 +20,12 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    hide_urls_in_logs()  # from the first line on: a backend's URL is told by its host only
     try:
         router = load_router(config)
     except Exception as exc:
         log.debug("the router did not start", exc_info=True)  # the traceback, for --log-level debug only
-        raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {exc}") from exc
+        raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {hosts_only(str(exc))}") from exc
     if transport == "http":
         check_listenable(host, port)
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)

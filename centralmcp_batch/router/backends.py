@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ import anyio
 from .. import _compat
 from ..errors import sole_cause
 from ..settings import BatchSettings
+from .urls import hosts_only, register
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
@@ -57,6 +57,9 @@ class StdioBackend:
 @dataclass(frozen=True)
 class HttpBackend:
     url: str
+
+    def __post_init__(self) -> None:
+        register(self.url)  # its password, token or path never reach a log line or an error whole
 
 
 RemoteSpec = StdioBackend | HttpBackend
@@ -423,25 +426,15 @@ def _failed_call(exc: Exception) -> _compat.Answer:
     """A call the backend answered with a JSON-RPC error, whose answer was lost, or that the client refused, as an
     error answer."""
     message = _compat.error_response_text(exc)
-    if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
-        return _compat.Answer(is_error=True, text=message)
+    if message is not None:  # the backend's own words (or the SDK's), passed on (and retold) as a tool's error is
+        return _compat.Answer(is_error=True, text=hosts_only(message))
     if isinstance(exc, _compat.AnswerLost):  # SDK 1.x's; 2.x answers such a call with an error of its own
         return _compat.Answer(is_error=True, text=str(exc))
     # e.g. structured content that breaks the tool's output schema; the detail after the
     # colon quotes the answer, so only the head is kept
     head = str(exc).split(":", 1)[0] if isinstance(exc, RuntimeError) else ""
-    why = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
+    why = f"{type(exc).__name__}: {hosts_only(head)}" if head else type(exc).__name__
     return _compat.Answer(is_error=True, text=f"the router's MCP client refused the backend's answer ({why})")
-
-
-# A URL's user part (user:password@), path, query and fragment, around its scheme and host: a password or
-# token in them must not reach a log or an item.
-_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/\s'\"?#]*@)?([^@/\s'\"?#]+)[^\s'\"]*")
-
-
-def hosts_only(text: str) -> str:
-    """``text`` with each URL in it cut to its scheme and host."""
-    return _URL.sub(r"\1\2", text)
 
 
 def describe_failure(exc: BaseException) -> str:

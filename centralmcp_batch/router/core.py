@@ -23,6 +23,7 @@ from .bounding import Bounds, bound
 from .catalog import BackendOptions, Catalog
 from .cursors import CursorSigner
 from .limiter import RateLimiter, limiter_from_env
+from .urls import hosts_only, known_urls_masked
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +223,10 @@ class Router:
         except ToolsChanged:
             return self.refusal_after_change(tool)
         except ConnectionError as exc:
-            return {"error": str(exc)}
+            return {"error": hosts_only(str(exc))}
         if answer.is_error:
-            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
+            text = known_urls_masked(self.error_text(tool, arguments, answer.text))
+            return {"error": text or "the tool reported an error"}
         # A batch entry's share of the batch budget may be larger than a single read's own bound: an
         # entry is never bounded looser than the same read alone would be.
         bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))

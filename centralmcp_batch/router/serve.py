@@ -16,38 +16,12 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import _compat
-from .backends import hosts_only
+from .urls import hide_urls_in_logs
 
 log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # A client leaves its scheme's default port out of Host and Origin headers (a browser always does).
 DEFAULT_PORTS = {"http": "80", "https": "443"}
-
-
-# The HTTP client the SDK uses logs each request's whole URL at INFO ("HTTP Request: POST URL ..."),
-# a backend URL's token in its query or its user part included; the router's own lines name a URL by
-# its host only (``backends.describe_failure``), and so do these.
-REQUEST_LOGGERS = ("httpx", "httpx2")
-
-
-class UrlHostsOnly(logging.Filter):
-    """A record's URLs cut to their scheme and host: no user part, path, query or fragment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a call whose arguments do not fit its format: logging reports it itself
-            return True
-        record.msg, record.args = hosts_only(message), None
-        return True
-
-
-def hide_request_urls() -> None:
-    """Install ``UrlHostsOnly`` on the HTTP client's request loggers (once)."""
-    for name in REQUEST_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(each, UrlHostsOnly) for each in logger.filters):
-            logger.addFilter(UrlHostsOnly())
 
 
 @dataclass(frozen=True)
@@ -111,7 +85,9 @@ def serve(
     stopped (and their process groups with them) before this returns.
     """
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    hide_request_urls()
+    # The router's own lines name a backend URL by its host only; so do those of the SDK and its HTTP client
+    # (each request's whole URL at INFO, the endpoint at DEBUG), and tracebacks.
+    hide_urls_in_logs()
     if transport == "stdio":
         return anyio.run(serve_stdio, router)
     if transport == "http":
