@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..router.serve import HttpAccess, serve
+from ..router.serve import HttpAccess, claim_stdio, serve
 from ..router.urls import hide_urls_in_logs, hosts_only
 from . import CommandFailed, load_router
 
@@ -21,6 +21,8 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     hide_urls_in_logs()  # from the first line on: a backend's URL is told by its host only
+    # Before the backends are imported (a module may print as it is imported): on stdio, stdout is the protocol's.
+    protocol = claim_stdio() if transport == "stdio" else None
     try:
         router = load_router(config)
     except Exception as exc:
@@ -29,7 +31,7 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
     if transport == "http":
         check_listenable(host, port)
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
-    serve(router, transport=transport, host=host, port=port, access=access)
+    serve(router, transport=transport, host=host, port=port, access=access, protocol=protocol)
     return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) stopped the server once the backends had stopped
 
 

@@ -76,26 +76,59 @@ def split_port(host: str) -> tuple[str, str | None]:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+@dataclass(frozen=True)
+class StdioProtocol:
+    """The descriptors the MCP stdio protocol is read from and written to, the router's alone."""
+
+    read_fd: int
+    write_fd: int
+
+
+def claim_stdio() -> StdioProtocol:
+    """Keep the stdio protocol away from whatever else the process prints or reads, and return its descriptors.
+
+    The protocol moves to private duplicates of fds 0 and 1 (not inherited by the processes the router
+    starts); fd 0 then reads the null device and fd 1 writes to stderr. So an in-process backend that
+    prints (``print``, ``sys.stdout``, a C extension writing to fd 1, a thread, a process it starts that
+    inherits fd 1) prints to stderr, where its text cannot be glued onto a message, and nothing but the
+    router reads the client's messages. Made before the backends are imported: a module may print as it
+    is imported. What was already buffered in ``sys.stdout`` goes to the client first, as it would have.
+    """
+    sys.stdout.flush()
+    protocol = StdioProtocol(os.dup(0), os.dup(1))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return protocol
+
+
 def serve(
-    router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, access: HttpAccess = HttpAccess()
+    router: Any,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    access: HttpAccess = HttpAccess(),
+    protocol: StdioProtocol | None = None,
 ) -> int | None:
     """Run until the client leaves or SIGTERM / SIGINT; returns the signal that stopped it, if one did.
 
-    On stdio, stdout carries only the protocol: logs go to stderr. Either way the backends are
-    stopped (and their process groups with them) before this returns.
+    On stdio, the protocol has descriptors of its own (``protocol``, or ``claim_stdio``'s now), and every
+    log line and print goes to stderr. Either way the backends are stopped (and their process groups with
+    them) before this returns.
     """
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # The router's own lines name a backend URL by its host only; so do those of the SDK and its HTTP client
     # (each request's whole URL at INFO, the endpoint at DEBUG), and tracebacks.
     hide_urls_in_logs()
     if transport == "stdio":
-        return anyio.run(serve_stdio, router)
+        return anyio.run(serve_stdio, router, protocol or claim_stdio())
     if transport == "http":
         return anyio.run(serve_http, router, host, port, access)
     raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
 
 
-async def serve_stdio(router: Any) -> int | None:
+async def serve_stdio(router: Any, protocol: StdioProtocol | None = None) -> int | None:
     """Serve on stdio until stdin closes, the client that started the router exits, or a stop signal arrives.
 
     Python's default SIGTERM kills the process at once, before the backends are stopped, so a
@@ -111,7 +144,7 @@ async def serve_stdio(router: Any) -> int | None:
         tasks.start_soon(watch_parent, stop.set)
         async with router.connected(abandon=stop):
             if not stop.is_set():
-                tasks.start_soon(_serve_until_eof, router.server, stdin_closed, stop)
+                tasks.start_soon(_serve_until_eof, router.server, protocol, stdin_closed, stop)
             await stop.wait()  # not cancelled yet: a cancel here would leave this block before the exit below
         if not stdin_closed.is_set():
             _exit_now()  # the server's stdin reader is still blocked in its read
@@ -119,8 +152,10 @@ async def serve_stdio(router: Any) -> int | None:
     return None
 
 
-async def _serve_until_eof(server: Any, stdin_closed: anyio.Event, stop: anyio.Event) -> None:
-    await _compat.run_stdio(server)
+async def _serve_until_eof(
+    server: Any, protocol: StdioProtocol | None, stdin_closed: anyio.Event, stop: anyio.Event
+) -> None:
+    await _compat.run_stdio(server, None if protocol is None else (protocol.read_fd, protocol.write_fd))
     stdin_closed.set()
     stop.set()
 
