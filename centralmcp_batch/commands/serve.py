@@ -32,7 +32,7 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
         check_listenable(host, port)
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
     serve(router, transport=transport, host=host, port=port, access=access, protocol=protocol)
-    return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) stopped the server once the backends had stopped
+    return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) / SIGHUP stopped the server once the backends had stopped
 
 
 def check_listenable(host: str, port: int) -> None:

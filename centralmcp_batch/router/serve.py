@@ -73,7 +73,9 @@ def split_port(host: str) -> tuple[str, str | None]:
     return head + bracket + name, port
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP: the terminal or ssh session the router runs in closed. Its default, like SIGTERM's, kills the process
+# at once, before the backends are stopped: the processes they started would be left running, re-parented to init.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def serve(
     access: HttpAccess = HttpAccess(),
     protocol: StdioProtocol | None = None,
 ) -> int | None:
-    """Run until the client leaves or SIGTERM / SIGINT; returns the signal that stopped it, if one did.
+    """Run until the client leaves or SIGTERM / SIGINT / SIGHUP; returns the signal that stopped it, if one did.
 
     On stdio, the protocol has descriptors of its own (``protocol``, or ``claim_stdio``'s now), and every
     log line and print goes to stderr. Either way the backends are stopped (and their process groups with
@@ -173,8 +175,9 @@ def _exit_now() -> NoReturn:
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a terminal that hung up (EIO), a stream closed
+            stream.flush()
     os._exit(0)
 
 
