@@ -188,6 +188,27 @@ async def test_a_tool_renamed_into_a_name_another_backend_serves_stays_with_that
         assert told == ["backend 'shifting' publishes tool names other backends serve, left out: fresh"]
 
 
+async def test_a_backend_that_keeps_saying_its_tools_changed_holds_no_call_up_for_long(state: Path) -> None:
+    # Each lookup waits for one list read after it began, not for the backend to fall silent: a backend that
+    # never does would hold every call to it, and every lookup of a name no backend serves, for good.
+    async with serving(Router({"shifting": stdio_spec(state)})) as router:
+        storming = anyio.Event()
+        stormed: list[dict[str, Any]] = []
+
+        async def storm() -> None:
+            storming.set()
+            stormed.append(await read(router, "storm"))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(storm)
+            await storming.wait()
+            await anyio.sleep(0.5)  # the storm is under way
+            assert (await read(router, "whoami"))["state"] == "v1"
+            assert statuses(await batch(router, "flip", "nothing_serves_this")) == ["ok", "unknown_tool"]
+            assert not stormed  # answered while the backend still said its tools changed, as fast as it could
+        assert stormed[0]["told"] > 100
+
+
 def test_a_name_a_backend_gives_up_goes_to_the_backend_refused_it() -> None:
     # The catalog side, on two remote backends that never connect: ``first`` serves ``fresh``, ``second`` is
     # refused it; once ``first`` says its tools changed and ``fresh`` is gone, ``second`` gets it from its own list.

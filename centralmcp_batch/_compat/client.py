@@ -66,12 +66,14 @@ class ClientHandle:
     # (which runs in the transport's task, not the caller's); see ``_CallRecord``.
     calls_by_id: dict[Any, _CallRecord] = field(default_factory=dict)
     # Set when the server says its tool list changed; ``list_tools`` replaces it as it begins, so that a
-    # change told while the list is read is heard again.
+    # change told while the list is read is heard again. ``tools_changes`` counts them.
     tools_changed: anyio.Event = field(default_factory=anyio.Event)
+    tools_changes: int = 0
 
     async def on_message(self, message: Any) -> None:
         """The session's message handler: hears that the server's tools changed; anything else, as the SDK's own."""
         if _notification_method(message) == TOOLS_CHANGED:
+            self.tools_changes += 1
             self.tools_changed.set()
         await anyio.lowlevel.checkpoint()
 
@@ -471,14 +473,15 @@ async def _listen_for_tool_changes(handle: ClientHandle) -> None:
     while True:
         try:
             async with handle.session.listen(tools_list_changed=True) as changes:
-                async for _ in changes:
-                    handle.tools_changed.set()
+                async for _ in changes:  # each one reaches ``on_message`` as well, which counts it
+                    pass
             return  # the server ended the subscription itself
         except SubscriptionLost:
             log.debug("the subscription to the server's tool changes was lost; listening again")
         except Exception as exc:  # an earlier protocol, or a server that refuses: it tells changes unasked, or never
             log.debug("not listening for the server's tool changes: %s", type(exc).__name__)
             return
+        handle.tools_changes += 1
         handle.tools_changed.set()
         await anyio.sleep(RELISTEN_SECONDS)
 

@@ -111,7 +111,8 @@ class RemoteBackend:
         self._lost: _compat.ClientHandle | None = None
         self._closing = anyio.Event()
         self.stopped = anyio.Event()  # ``run`` has returned: no session is open, nor will one be
-        self._relisting = False  # the backend said its tools changed, and its new list is being read
+        # How many of the open session's changes of tools (``ClientHandle.tools_changes``) the catalog holds.
+        self._covered = 0
         self._relisted = anyio.Event()  # set, and replaced, each time a new list is published or given up
 
     async def run(self) -> None:
@@ -125,7 +126,7 @@ class RemoteBackend:
                     self._attempt_ended()
                 self._count_short_lived()
                 self.client = None
-                self._relist_ended()  # no list is pending on a session that is gone
+                self._relist_ended()  # no list is pending on a session that is gone: its waiters look again
                 # A backend that said it lost the session is up: the calls it refused wait for the next one.
                 delay = 0.0 if self._lost is not None else self.retry_delay()
                 self._broken, self._check_wanted = anyio.Event(), anyio.Event()
@@ -177,9 +178,10 @@ class RemoteBackend:
         """
         with anyio.CancelScope(deadline=anyio.current_time() + HANDSHAKE_SECONDS) as handshake:
             async with _compat.connect(_target(self.spec)) as client:
+                covered = client.tools_changes
                 tools = await client.list_tools()
                 handshake.deadline = math.inf
-                self._publish(tools)
+                self._publish(tools, covered)
                 if self.failures:
                     log.warning("backend %r is back after %d failed tries", self.name, self.failures)
                 self.client, self.error, self.failures = client, None, 0
@@ -203,9 +205,10 @@ class RemoteBackend:
                 while client.calls_in_flight:
                     await anyio.sleep(0.01)
 
-    def _publish(self, tools: list[_compat.ToolInfo]) -> None:
-        """``tools`` are the backend's now: told to the catalog before any call can use them."""
-        self.tools = tools
+    def _publish(self, tools: list[_compat.ToolInfo], covered: int) -> None:
+        """``tools`` are the backend's now, as of its session's ``covered`` changes: told to the catalog
+        before any call can use them."""
+        self.tools, self._covered = tools, covered
         if self.on_tools is not None:
             self.on_tools(self.name, tools)
 
@@ -219,14 +222,14 @@ class RemoteBackend:
         """
         while True:
             await client.tools_changed.wait()
-            self._relisting = True
+            covered = client.tools_changes  # a change told while the list is read is read again
             tools = await self._relisted_tools(client, check_seconds())
             if tools is None:
                 self._break(client)
                 return
             if client is self.client:
                 log.info("backend %r changed its tools: it has %d now", self.name, len(tools))
-                self._publish(tools)
+                self._publish(tools, covered)
             self._relist_ended()
 
     async def _relisted_tools(self, client: _compat.ClientHandle, seconds: float) -> list[_compat.ToolInfo] | None:
@@ -246,18 +249,23 @@ class RemoteBackend:
         return None
 
     def _relist_ended(self) -> None:
-        self._relisting = False
         self._relisted.set()
         self._relisted = anyio.Event()
 
     def tools_pending(self) -> bool:
         """Whether the backend said its tools changed and the catalog does not hold its new list yet."""
         client = self.client
-        return client is not None and (self._relisting or client.tools_changed.is_set())
+        return client is not None and client.tools_changes > self._covered
 
     async def tools_listed(self) -> None:
-        """Return once no list is pending: the catalog holds the backend's tools as it last told them."""
-        while self.tools_pending():
+        """Return once the catalog holds the backend's tools as it had told them when this was called (a
+        backend that keeps saying its tools changed holds a caller up for one more list at most), or once
+        its session has ended (the next one lists its tools before it takes a call)."""
+        client = self.client
+        if client is None:
+            return
+        told = client.tools_changes
+        while self.client is client and self._covered < told:
             await self._relisted.wait()
 
     def _attempt_ended(self) -> None:

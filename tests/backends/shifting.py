@@ -4,7 +4,8 @@ Its tools are those of the state the file holds at start-up. ``down``: exits at 
 not start. ``v1``: ``flip`` and ``vanish`` are reads. ``v2``: ``flip`` is destructive, ``vanish`` is gone and
 ``fresh`` is new. ``whoami`` is always a read. With ``SHIFTING_LIVE=1`` in its environment, a call that finds
 the file changed switches the tools to the new state's and tells the client (``notifications/tools/list_changed``)
-before it answers. Run as a script: over stdio, or with ``--http PORT`` as a stateful streamable HTTP server.
+before it answers, and ``storm(seconds)`` says the tools changed as fast as it can for that long. Run as a
+script: over stdio, or with ``--http PORT`` as a stateful streamable HTTP server.
 """
 
 from __future__ import annotations
@@ -53,8 +54,19 @@ def shifting_server(state: str, follow: Path | None = None) -> Any:
         await follow_the_file(ctx)
         return {"fresh": current[0]}
 
+    async def storm(ctx: _compat.Context, seconds: float = 5.0) -> dict[str, int]:
+        told = 0
+        end = anyio.current_time() + seconds
+        while anyio.current_time() < end:
+            await tell_tools_changed(ctx)
+            told += 1
+            await anyio.sleep(0)
+        return {"told": told}
+
     tools = [whoami, flip, vanish, fresh]
     _publish(server, state, tools)
+    if follow is not None:  # a read that says the tools changed, again and again, for a while
+        _compat.add_tool(server, storm, name="storm", description="notifications for a while", annotations=READ)
     return server
 
 
