@@ -41,8 +41,9 @@ async def test_a_module_backend_that_prints_leaves_every_answer_whole(tmp_path: 
             again = (await client.call_tool("invoke_read_tool_batch", {"calls": calls})).structured
     for response in (batch, again):
         assert [item["status"] for item in response["results"]] == ["ok", "ok", "ok"], response
-        assert [item["result"] for item in response["results"]] == [{"steps": 1}, {"steps": 2}, {"steps": 3}]
-    assert single == {"steps": 3}
+        # stdin read to its end, in process and in a child: nothing (it never held the client's messages)
+        assert [item["result"] for item in response["results"]] == [{"steps": n, "stdin": 0} for n in (1, 2, 3)]
+    assert single == {"steps": 3, "stdin": 0}
     printed = log.read_text()  # every way of printing landed on stderr, none was lost
     for text in ("CHATTY loading", "CHATTY print 3/3", "CHATTY fd 1", "CHATTY thread", "CHATTY child"):
         assert text in printed, printed

@@ -216,6 +216,10 @@ async def watch_parent(on_gone: Callable[[], None], every: float = PARENT_CHECK_
     on_gone()
 
 
+# uvicorn's loggers, which it gives handlers of their own (and does not propagate) as its config is made.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
 async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> int | None:
     import uvicorn
 
@@ -227,6 +231,8 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     hosts, origins = access.host_patterns(), access.origin_patterns()
     app = _compat.http_app(router.server, allowed_hosts=hosts, allowed_origins=origins, stateless=True)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    for name in UVICORN_LOGGERS:  # handlers of their own, which the root's filter never sees
+        hide_urls_in_logs(logging.getLogger(name))
     server = uvicorn.Server(config)
     # uvicorn raises a signal again once it has stopped, and SIGTERM's default then kills the
     # process before the backends are stopped: the router watches the signals itself.

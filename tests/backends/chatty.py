@@ -2,7 +2,8 @@
 library does, without a newline, as a progress bar's ``\\r`` does: as it is imported, and as each call runs.
 
 Each call of ``crunch`` prints through ``print`` (flushed), writes to fd 1 itself (as a C extension would),
-prints from a thread it starts, and runs a process that inherits fd 1 and writes to it. Every text holds
+prints from a thread it starts, and runs a process that inherits fd 1 and writes to it; it also reads stdin to
+its end, itself and in a process that inherits it, and answers how much it read. Every text holds
 ``CHATTY``, so a test can find where it went.
 """
 
@@ -32,7 +33,11 @@ def chatty_server() -> Any:
         printer.start()
         printer.join()
         subprocess.run([sys.executable, "-c", "import sys; sys.stdout.write('\\rCHATTY child')"], check=True)
-        return {"steps": steps}
+        # reading stdin, in process and in a child that inherits it, must not take the client's messages
+        child_read = subprocess.run(
+            [sys.executable, "-c", "import sys; print(len(sys.stdin.read()))"], stdout=subprocess.PIPE
+        )
+        return {"steps": steps, "stdin": len(sys.stdin.read()) + int(child_read.stdout)}
 
     _compat.add_tool(server, crunch, name="crunch", description="crunches, printing its progress", annotations=READ)
     return server
