@@ -122,6 +122,12 @@ async def switch_to_v2(router: Router, state: Path) -> int:
     return int(after["pid"])
 
 
+async def heard_the_change(router: Router) -> None:
+    with anyio.fail_after(10):
+        while (flip := router.catalog.find("flip")) is not None and flip.read_only:
+            await anyio.sleep(0.01)
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_tool_turned_destructive_is_blocked_from_the_next_call_on(
     transport: str, state: Path, request: pytest.FixtureRequest
@@ -131,7 +137,11 @@ async def test_a_tool_turned_destructive_is_blocked_from_the_next_call_on(
     async with serving(Router({"shifting": spec})) as router:
         assert statuses(await batch(router, "flip", "vanish", "fresh")) == ["ok", "ok", "unknown_tool"]
         pid = await switch_to_v2(router, state)
-        # the very next batch: no wait, no retry
+        if transport == "http":
+            # The notification comes on a stream of its own (the session's GET stream, or a 2026-07-28
+            # subscription's), which may deliver it after the answer of the call during which it was sent.
+            await heard_the_change(router)
+        # on stdio, where the notification comes before that answer: the very next batch, no wait
         assert statuses(await batch(router, "flip", "vanish", "fresh")) == ["blocked", "unknown_tool", "ok"]
         assert await read(router, "flip") == {"error": NOT_READ_ONLY, "tool": "flip", "status": "blocked"}
         assert await capabilities(router) == {"whoami": "read", "flip": "destructive", "fresh": "read"}

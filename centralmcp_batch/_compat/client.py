@@ -451,7 +451,7 @@ async def _hearing_tool_changes(handle: ClientHandle) -> AsyncIterator[None]:
     A server of the 2026-07-28 protocol tells its changes only on a ``subscriptions/listen`` stream; the
     SDK passes each event on to the message handler as well, which is what ``tools_changed`` hears.
     """
-    if not SDK_2:  # every 1.x session is of an earlier protocol: the server sends its changes unasked
+    if not SDK_2 or not _of_the_2026_protocol(handle.session):  # the server sends its changes unasked
         yield
         return
     async with anyio.create_task_group() as listening:
@@ -462,11 +462,18 @@ async def _hearing_tool_changes(handle: ClientHandle) -> AsyncIterator[None]:
             listening.cancel_scope.cancel()
 
 
+def _of_the_2026_protocol(client: Any) -> bool:
+    """SDK 2.x: whether ``client``'s session speaks a protocol of the 2026-07-28 era (no handshake, changes
+    told only to ``subscriptions/listen`` streams)."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
 async def _listen_for_tool_changes(handle: ClientHandle) -> None:
     """Hold a ``subscriptions/listen`` stream for tool changes open, and open another if it is lost.
 
-    A session of an earlier protocol refuses at once (its server sends its changes unasked). No event is
-    replayed after a loss, so the tools are read again as if they had changed.
+    No event is replayed after a loss, so the tools are read again as if they had changed.
     """
     from mcp.client.subscriptions import SubscriptionLost
 
@@ -478,7 +485,7 @@ async def _listen_for_tool_changes(handle: ClientHandle) -> None:
             return  # the server ended the subscription itself
         except SubscriptionLost:
             log.debug("the subscription to the server's tool changes was lost; listening again")
-        except Exception as exc:  # an earlier protocol, or a server that refuses: it tells changes unasked, or never
+        except Exception as exc:  # a server that does not take subscriptions: it tells no change
             log.debug("not listening for the server's tool changes: %s", type(exc).__name__)
             return
         handle.tools_changes += 1

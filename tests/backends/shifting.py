@@ -37,6 +37,9 @@ def shifting_server(state: str, follow: Path | None = None) -> Any:
                 _compat.remove_tool(server, name)
             _publish(server, now, tools)
             await tell_tools_changed(ctx)
+            # SDK 2.x writes a 2026-07-28 subscription's events from a task of its own: let it write this one
+            # before the answer, as a server that tells its change first does
+            await anyio.sleep(0.05)
 
     async def whoami(ctx: _compat.Context) -> dict[str, Any]:
         await follow_the_file(ctx)
