@@ -11,6 +11,7 @@ the next white space, parsed, not matched, and cut to its scheme and host. A pas
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
@@ -78,23 +79,6 @@ def _cut_urls(text: str) -> str:
     return "".join(pieces) + text[done:]
 
 
-def is_http_url(value: object) -> bool:
-    """Whether ``value`` is an ``http``/``https`` URL whose host and port can be read as its clients read them.
-
-    A ``#``, ``?`` or ``/`` left unescaped in a password ends the host part early (the password then reads
-    as a port, or as the host): such a URL would reach another host, or none, and its errors quote pieces
-    of the password.
-    """
-    if not isinstance(value, str) or not value.isprintable():
-        return False
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - read for its check: ValueError when not a number
-    except ValueError:
-        return False
-    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
-
-
 def _url_end(text: str, begin: int) -> int:
     """Where the URL whose rest starts at ``begin`` ends: at the next white space, or the end of the text."""
     for index in range(begin, len(text)):
@@ -117,13 +101,29 @@ def _origin(url: str) -> str:
     return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
+def is_http_url(value: object) -> bool:
+    """Whether ``value`` is an ``http``/``https`` URL whose host and port can be read as its clients read them.
+
+    A ``#``, ``?`` or ``/`` left unescaped in a password ends the host part early (the password then reads
+    as a port, or as the host): such a URL would reach another host, or none, and its errors quote pieces
+    of the password.
+    """
+    if not isinstance(value, str) or not value.isprintable():
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - read for its check: ValueError when not a number
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def _printed_forms(url: str) -> set[str]:
     """``url`` as given, as the HTTP clients the SDKs use print it, and escaped inside a string literal."""
     forms = {url}
     for module in ("httpx", "httpx2"):  # SDK 1.x's HTTP client, and 2.x's
         try:
-            client = __import__(module)
-            forms.add(str(client.URL(url)))
+            forms.add(str(importlib.import_module(module).URL(url)))
         except Exception:  # not installed, or a URL it refuses (then it prints none of it either)
             continue
     for form in list(forms):
