@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..models import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, MAX_NAME_CHARS, Too
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
 from ..worker_threads import run_sync_abandonable
-from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
+from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, ToolsChanged, is_remote
 from .bounding import Bounds, bound
 from .catalog import (
     CAPABILITIES,
@@ -35,6 +35,7 @@ from .catalog import (
 )
 from .cursors import CursorSigner
 from .limiter import RateLimiter, limiter_from_env
+from .urls import hosts_only, known_urls_masked
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,9 @@ CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
 NOT_READ_ONLY = (
     "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
+CHANGED_SINCE_CHECKED = (
+    "Tool '{name}' changed on its backend after this call was checked, and was not called: call it again."
 )
 FIRST_CONNECT_SECONDS = 30.0
 
@@ -156,14 +160,22 @@ class Router:
                 waits.cancel_scope.cancel()  # every first attempt is over: stop watching ``abandon``
 
     def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
-        """On every (re)connect: the catalog holds the backend's current tools, and only those."""
+        """On every (re)connect, and each time the backend says its tools changed: the catalog holds the
+        backend's current tools, and only those. Names another backend serves are left out; a name this
+        one gave up goes to a backend that was refused it before."""
+        before = {entry.ref.name for entry in self.catalog.entries.values() if entry.ref.server == name}
         conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
-        if conflicts:
+        if conflicts and conflicts != self.conflicts.get(name):  # told again only when it changes
             left_out = ", ".join(sorted(conflicts))
             log.error("backend %r publishes tool names other backends serve, left out: %s", name, left_out)
+        if conflicts:
             self.conflicts[name] = conflicts
         else:
             self.conflicts.pop(name, None)
+        freed = before - {tool.name for tool in tools}
+        for other, refused in list(self.conflicts.items()):
+            if other != name and freed & refused.keys() and other in self.remotes:
+                self._index_remote(other, self.remotes[other].tools)
 
     def _check_first_connects(self) -> None:
         if self.conflicts:  # at start-up, as for in-process backends, a duplicate name is an error
@@ -182,19 +194,52 @@ class Router:
 
     # -- the backend call -------------------------------------------------------------
 
+    def find(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        """The catalog's tool ``name``; to be awaited while a backend that may serve it reads its changed tools.
+
+        The backend that serves it now, or, for a name no backend serves, every backend whose new list
+        is pending (a tool may be new, or renamed).
+        """
+        tool = self.catalog.find(name)
+        servers = [tool.server] if tool is not None else self.remotes
+        pending = [self.remotes[server] for server in servers if server in self.remotes]
+        if not any(remote.tools_pending() for remote in pending):
+            return tool
+        return self._found_once_listed(name, pending)
+
+    async def _found_once_listed(self, name: str, remotes: list[RemoteBackend]) -> ToolRef | None:
+        for remote in remotes:
+            await remote.tools_listed()
+        return self.catalog.find(name)
+
     async def call_backend(self, tool: ToolRef, arguments: Mapping[str, Any]) -> _compat.Answer:
+        """``tool``'s answer; ``ToolsChanged`` when its remote backend changed it after it was looked up."""
         if tool.server in self.local:
             return await _compat.call_server_tool(self.local[tool.server], tool.name, arguments)
-        return await self.remotes[tool.server or ""].call(tool.name, arguments)
+        remote = self.remotes[tool.server or ""]
+        return await remote.call(tool.name, arguments, unchanged=lambda: self.catalog.find(tool.name) == tool)
+
+    def refusal_after_change(self, tool: ToolRef) -> dict[str, str]:
+        """What a call to ``tool`` is answered once its backend changed it after the call was checked: the gate
+        decides again on the tool as it is now (a tool that is still a read, but another, is refused all the same)."""
+        now = self.catalog.find(tool.name)
+        if now is None:
+            return {"status": "unknown_tool", "error": pipeline.unknown_tool_message(tool.name)}
+        if not now.read_only:
+            return {"status": "blocked", "error": NOT_READ_ONLY.format(name=tool.name)}
+        return {"status": "blocked", "error": CHANGED_SINCE_CHECKED.format(name=tool.name)}
 
     async def dispatch(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int | None) -> Any:
         try:
             answer = await self.call_backend(tool, arguments)
+        except ToolsChanged:
+            return self.refusal_after_change(tool)
         except ConnectionError as exc:
-            return {"error": str(exc)}
+            return {"error": hosts_only(str(exc))}
         if answer.is_error:
             code = getattr(answer, "code", None)  # a JSON-RPC error's (see backends.ErrorResponse)
-            return {"error": await self.error_text(tool, arguments, answer.text, code) or "the tool reported an error"}
+            text = known_urls_masked(await self.error_text(tool, arguments, answer.text, code))
+            return {"error": text or "the tool reported an error"}
         # A batch entry's share of the batch budget may be larger than a single read's own bound: an
         # entry is never bounded looser than the same read alone would be.
         bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))
@@ -290,8 +335,8 @@ class RouterHooks:
         self.router = router
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
-        return self.router.catalog.find(name)
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        return self.router.find(name)
 
     @hookimpl
     def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
