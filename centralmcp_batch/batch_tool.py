@@ -93,4 +93,4 @@ def register(server: Any, hooks: HostHooks) -> None:
 
 
 def _compact_json(response: dict[str, Any]) -> str:
-    return budget.dumps(response)
+    return budget.written(response)  # every item was sized (found plain) as it was answered

@@ -194,7 +194,7 @@ def _encoding_problem(value: Any, wrapping: int = 0) -> str | None:
     containers around arguments (``parse_entries``' list of them), not the arguments' own."""
     try:
         text = budget.dumps(value)
-        encoded_bytes = budget.text_size(text)  # a lone surrogate fails here: UnicodeEncodeError, a ValueError
+        encoded_bytes = budget.text_size(text)
     except Exception:  # TypeError, ValueError, RecursionError, or whatever a value's own methods raise
         return "arguments must be JSON-serializable"
     if encoded_bytes > MAX_ARGUMENT_BYTES:

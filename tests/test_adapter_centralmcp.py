@@ -21,7 +21,7 @@ from installed import fresh_name, install_distribution
 from standins import monitoring_backend
 from standins.centralmcp_middleware import is_secret_name
 
-from centralmcp_batch import HostContractError, PluginError, _compat, batch_tool, engine
+from centralmcp_batch import HostContractError, PluginError, _compat, batch_tool, engine, validation
 from centralmcp_batch.adapters import centralmcp
 from centralmcp_batch.entries import parse_entry
 from centralmcp_batch.host import HostHooks
@@ -295,6 +295,16 @@ async def test_a_backend_failure_is_that_entrys_error_in_the_routers_shape(adopt
     assert re.match(r"\w*ToolError: Error executing tool get_radio_stats\b", failed["error"]), failed["error"]
     assert fine["status"] == "ok" and response["failed_indexes"] == [0]
     assert tokens.count == 2  # the failing call reached its backend, so it drew its token
+
+
+async def test_a_backend_error_that_quotes_an_argument_has_it_cut_out(adopted: ModuleType) -> None:
+    # get_radio_stats raises "radio service unavailable for SERIAL": not a validation error, in no validator's words.
+    serial = "AP-qx9SECRET-77"
+    response = await batch(adopted, [{"name": "get_radio_stats", "arguments": {"serial": serial}}])
+    error = response["results"][0]["error"]
+    assert "qx9SECRET" not in error
+    if not _compat.SDK_2:  # SDK 1.x passes the tool's own words on (2.x keeps them out): the value is cut out
+        assert error.endswith(f"radio service unavailable for {validation.REDACTED}"), error
 
 
 async def test_bounding_uses_the_routers_bounds_with_the_items_share_of_the_budget(

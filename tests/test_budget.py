@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import subprocess
 import sys
 from typing import Any
 
+import pydantic_core
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,6 +105,44 @@ def test_the_last_resort_still_fits_with_the_longest_ids() -> None:
 def test_sizes_are_measured_as_compact_utf8() -> None:
     assert budget.size({"a": "é"}) == len('{"a":"é"}'.encode())
     assert budget.encode([1, 2]) == b"[1,2]"
+
+
+def test_sizes_are_measured_with_the_encoder_the_sdks_write_the_answer_with() -> None:
+    # Both SDK lines write a tool's answer with pydantic, which writes these floats otherwise than json.
+    for value, written in [(1e-05, b"0.00001"), (1.5e-07, b"1.5e-7"), (1e16, b"1e+16"), (-0.0, b"-0.0")]:
+        assert budget.encode([value]) == b"[" + written + b"]" == pydantic_core.to_json([value])
+        assert budget.size({"f": value}) == len(b'{"f":' + written + b"}")
+    assert budget.encode({None: 1, 2: 3}) == pydantic_core.to_json({None: 1, 2: 3}) == b'{"None":1,"2":3}'
+    odd = 'é\u2028"\\\n\x00\x7f😀'
+    assert (
+        budget.string_size(odd) == len(pydantic_core.to_json(odd)) == len(json.dumps(odd, ensure_ascii=False).encode())
+    )
+    assert budget.dumps({"a": [odd, 1e-05]}) == pydantic_core.to_json({"a": [odd, 1e-05]}).decode()
+
+
+def test_a_response_already_checked_is_written_the_same_without_checking_again() -> None:
+    whole = response(item(0, result={"f": 1e-05, "s": "é\n"}), item(1, "error", error="E"))
+    assert budget.written(whole) == budget.dumps(whole)
+    # what the SDKs write of a structured content holding NaN, should one ever be left in it
+    assert budget.written({"r": math.nan}) == '{"r":null}'
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, {1, 2}, b"bytes", datetime.date(2026, 1, 1), object()])
+def test_what_is_not_plain_json_is_refused_where_pydantic_would_write_it_its_own_way(value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        budget.size({"result": value})
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        budget.size({"result": "\ud800"})
+    with pytest.raises(RecursionError):
+        budget.size(nested_lists(300))  # json writes it; pydantic, as the SDKs, does not
+    assert budget.size(nested_lists(200)) == 2 * 200 + 1
+
+
+def nested_lists(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def test_a_response_one_byte_over_is_truly_shrunk_not_only_marked() -> None:

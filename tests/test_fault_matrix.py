@@ -260,3 +260,23 @@ async def test_the_sample_host_refuses_a_forged_cursor_without_echoing_it(centra
     response = await batch(centralmcp_server, [{"name": "echo", "cursor": cursor} for cursor in forged])
     assert [item["status"] for item in response["results"]] == ["invalid_cursor", "invalid_cursor"]
     assert "zq7SECRET" not in json.dumps(response) and "\u00b2" not in json.dumps(response, ensure_ascii=False)
+
+
+async def test_a_single_read_with_text_no_json_can_carry_never_reaches_a_shared_stdio_session() -> None:
+    # SDK 1.x's HTTP parser lets a lone surrogate through to the tool. A single read handed it on to the
+    # router's one session with a stdio backend, which broke: another client's call in flight failed and the
+    # backend was restarted. A single read is now checked as a batch entry is, before any backend.
+    router = stdio_router()
+    async with router.connected():
+        pid = await remote_pid(router)
+        async with anyio.create_task_group() as tasks:
+            other: list[dict[str, Any]] = []
+
+            async def another_client() -> None:
+                other.append(await router.read("list_tickets", {"state": "open"}))
+
+            tasks.start_soon(another_client)
+            refused = await router.read("list_tickets", {"state": "open\ud800"})
+        assert refused["status"] == "invalid_call" and refused["error"] == "arguments must be JSON-serializable"
+        assert "error" not in other[0], other
+        assert await remote_pid(router) == pid  # the same backend process, its session never broken

@@ -405,6 +405,40 @@ EXPECTED_OTHERS: dict[str, dict[str, Any]] = {
 }
 
 
+# -- NaN and the infinities, which no JSON has -------------------------------------------
+
+
+def strict_json(text: str) -> Any:
+    """``text`` parsed as JSON proper: NaN, Infinity and -Infinity are refused."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} in the answer's text")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+async def test_nan_and_infinity_from_a_backend_are_null_in_batch_entries_and_single_reads() -> None:
+    # The backend writes them as Python's json does (NaN, Infinity): in its structured content, in its text,
+    # and as the whole text. A read that returns NaN is a read: the entry is ok, and JSON says null.
+    router = hostile_router()
+    expected = {
+        "nan_structured": {"ratio": None, "rows": [None, 1]},
+        "nan_text": {"ratio": None, "low": None, "rows": [None, 2]},
+        "nan_alone": {"result": None},
+    }
+    async with router.connected():
+        with anyio.fail_after(30):
+            answer = await call(router.server, "invoke_read_tool_batch", {"calls": [{"name": n} for n in expected]})
+        assert strict_json(answer.text) == answer.structured
+        for item, (name, result) in zip(answer.structured["results"], expected.items(), strict=True):
+            assert item["status"] == "ok", item
+            assert {key: item["result"][key] for key in result} == result
+            with anyio.fail_after(30):
+                alone = await call(router.server, "invoke_read_tool", {"name": name})
+            assert {key: alone.structured[key] for key in result} == result
+            strict_json(alone.text)
+
+
 # -- a backend that asks or tells the client things during a call ------------------------
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import socket
 import subprocess
@@ -16,7 +18,7 @@ from backends.tickets import tickets_server
 
 from centralmcp_batch import HostContractError, _compat
 from centralmcp_batch.hookspecs import hookimpl
-from centralmcp_batch.router import BackendOptions, HttpBackend, Router, StdioBackend
+from centralmcp_batch.router import BackendOptions, HttpBackend, Router, StdioBackend, demo
 from centralmcp_batch.router.bounding import Bounds, bound
 from centralmcp_batch.router.limiter import TokenBucket
 from centralmcp_batch.testing import call
@@ -72,6 +74,42 @@ async def test_find_tool_classifies_like_centralmcp(router: Router) -> None:
     assert hits["get_ticket"]["params"] == ["ticket_id"] and hits["get_ticket"]["server"] == "tickets"
     only_reads = await call(router.server, "find_tool", {"query": "ticket", "capability": "read"})
     assert {hit["capability"] for hit in only_reads.structured["results"]} == {"read"}
+
+
+def nan_server() -> Any:
+    """An in-process backend whose reads return NaN and the infinities: as a float, in a dict, in a list."""
+    server = _compat.new_server("odd-floats")
+    read = {"readOnlyHint": True}
+
+    def ratio() -> float:
+        return math.nan
+
+    def health() -> dict[str, Any]:
+        return {"cpu": math.inf, "memory": -math.inf, "temperatures": [21.5, math.nan]}
+
+    def samples() -> list[float]:
+        return [1.0, math.nan, -math.inf]
+
+    for fn in (ratio, health, samples):
+        _compat.add_tool(server, fn, name=fn.__name__, description=fn.__name__, annotations=read)
+    return server
+
+
+async def test_nan_and_infinity_from_an_in_process_backend_are_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the SDKs write them in any answer; a batch entry or a single read that returns one is ok, not an error.
+    monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
+    router = Router({"odd-floats": nan_server()})
+    expected = {
+        "ratio": {"result": None},
+        "health": {"cpu": None, "memory": None, "temperatures": [21.5, None]},
+        "samples": {"result": [1.0, None, None]},
+    }
+    answer = await call(router.server, "invoke_read_tool_batch", {"calls": [{"name": name} for name in expected]})
+    assert json.loads(answer.text, parse_constant=lambda constant: pytest.fail(constant)) == answer.structured
+    for item, (name, result) in zip(answer.structured["results"], expected.items(), strict=True):
+        assert item["status"] == "ok" and {key: item["result"][key] for key in result} == result, item
+        alone = (await call(router.server, "invoke_read_tool", {"name": name})).structured
+        assert {key: alone[key] for key in result} == result, alone
 
 
 async def test_the_gate_refuses_everything_but_reads_with_centralmcps_message(router: Router) -> None:
@@ -349,3 +387,27 @@ async def wait_for_port(port: int) -> None:
 def test_backend_specs_are_plain_data() -> None:
     assert StdioBackend("python", ("-m", "x")).args == ("-m", "x")
     assert HttpBackend("http://127.0.0.1:1/mcp").url.endswith("/mcp")
+
+
+SECRET_VALUE = "SECRET-" * 40  # longer than a name may be
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"name": SECRET_VALUE}, "name must be at most 200 characters"),
+        ({"name": 7}, "name must be a non-empty string"),
+        ({"name": "list_sites", "arguments": SECRET_VALUE}, "arguments must be an object"),
+        ({"name": "list_sites", "arguments": ["x", SECRET_VALUE]}, "arguments must be an object"),
+        ({"name": "list_sites", "arguments": {"a": "\ud800" + SECRET_VALUE}}, "arguments must be JSON-serializable"),
+        ({"name": "list_sites", "cursor": 42}, "cursor must be a string"),
+    ],
+)
+async def test_a_single_read_of_the_wrong_shape_is_refused_as_a_batch_entry_is_and_echoes_no_value(
+    arguments: dict[str, Any], error: str
+) -> None:
+    # The SDK's own check of typed parameters answered with pydantic's text, which quotes the value.
+    router = Router(demo.demo_backends())
+    answer = await call(router.server, "invoke_read_tool", arguments)
+    assert answer.structured is not None and answer.structured["status"] == "invalid_call", answer.text
+    assert answer.structured["error"] == error and "SECRET" not in answer.text

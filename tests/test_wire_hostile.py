@@ -140,3 +140,14 @@ def stdio_answers(lines: list[str], until_id: int) -> list[dict[str, Any]]:
         watchdog.cancel()
         process.kill()
         process.wait(timeout=10)
+
+
+def test_a_lone_surrogate_in_a_single_reads_arguments_is_refused_before_any_backend(http_port: int) -> None:
+    answer = post(http_port, request(7, SINGLE, '{"name":"list_sites","arguments":{"site":"a\\ud800"}}'))
+    if "error" in answer:  # SDK 2.x refuses the body as a parse error
+        assert answer["error"]["code"] == -32700
+    else:  # SDK 1.x lets it through to the tool: refused as a batch entry is
+        structured = answer["result"]["structuredContent"]
+        assert structured["status"] == "invalid_call" and structured["error"] == "arguments must be JSON-serializable"
+    valid = post(http_port, request(8, SINGLE, '{"name":"list_sites"}'))
+    assert "error" not in valid and not valid["result"].get("isError"), valid

@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from ..process_groups import BackendProcesses
 from .results import Answer, ToolInfo, _tool_info, read_result
@@ -32,7 +34,13 @@ else:  # pragma: no cover - exercised by the SDK 1.x leg of CI
     from mcp.shared.memory import create_connected_server_and_client_session
 
 
+log = logging.getLogger(__name__)
 MAX_TOOL_PAGES = 1_000
+# What a server sends when its tool list changed: on a session of the 2026-07-28 protocol (SDK 2.x) only
+# while the client listens for it (``subscriptions/listen``), on an earlier one whenever it likes.
+TOOLS_CHANGED = "notifications/tools/list_changed"
+# SDK 2.x: how long after a subscription to a server's changes was lost the client asks for another.
+RELISTEN_SECONDS = 1.0
 # How long the notice that a request was abandoned may wait to be sent (SDK 1.x: see ``_call_tool``).
 CANCEL_NOTICE_SECONDS = 1.0
 # SDK 1.x over HTTP: how long after the task that read a call's answer stream ended the call is checked for an
@@ -57,9 +65,21 @@ class ClientHandle:
     # SDK 1.x over HTTP: the tool calls under way, by JSON-RPC id, for the HTTP client's response hook
     # (which runs in the transport's task, not the caller's); see ``_CallRecord``.
     calls_by_id: dict[Any, _CallRecord] = field(default_factory=dict)
+    # Set when the server says its tool list changed; ``list_tools`` replaces it as it begins, so that a
+    # change told while the list is read is heard again. ``tools_changes`` counts them.
+    tools_changed: anyio.Event = field(default_factory=anyio.Event)
+    tools_changes: int = 0
+
+    async def on_message(self, message: Any) -> None:
+        """The session's message handler: hears that the server's tools changed; anything else, as the SDK's own."""
+        if _notification_method(message) == TOOLS_CHANGED:
+            self.tools_changes += 1
+            self.tools_changed.set()
+        await anyio.lowlevel.checkpoint()
 
     async def list_tools(self) -> list[ToolInfo]:
         """Every page of the server's tool list (a server may split it, with ``nextCursor``)."""
+        self.tools_changed = anyio.Event()
         tools: list[Any] = []
         cursor = None
         for _ in range(MAX_TOOL_PAGES):  # a server handing out cursors for ever still ends
@@ -72,10 +92,10 @@ class ClientHandle:
         return self.tool_infos
 
     async def _tools_page(self, cursor: str | None) -> Any:
+        if SDK_2:  # past the client's response cache: the list is read because it may have changed
+            return await self.session.list_tools(cursor=cursor, cache_mode="bypass")
         if cursor is None:
             return await self.session.list_tools()
-        if SDK_2:
-            return await self.session.list_tools(cursor=cursor)
         from mcp.types import PaginatedRequestParams
 
         return await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor))
@@ -409,28 +429,83 @@ async def connect(target: Any) -> AsyncIterator[ClientHandle]:
 @asynccontextmanager
 async def _connect(target: Any, ended: anyio.Event | None = None) -> AsyncIterator[ClientHandle]:
     """A session to a server object, a URL, or a transport (what ``stdio_client`` makes), whose end sets ``ended``."""
-    ended = ended or anyio.Event()
-    calls_by_id: dict[Any, _CallRecord] = {}
-    async with _session(target, calls_by_id) as session:
-        handle = ClientHandle(session, ended=ended, calls_by_id=calls_by_id)
-        try:
-            yield handle
-        finally:  # before the SDK closes it: the requests still waiting on it fail now
-            handle.close()
+    handle = ClientHandle(None, ended=ended or anyio.Event())
+    async with _session(target, handle.calls_by_id, handle.on_message) as session:
+        handle.session = session
+        async with _hearing_tool_changes(handle):
+            try:
+                yield handle
+            finally:  # before the SDK closes it: the requests still waiting on it fail now
+                handle.close()
+
+
+def _notification_method(message: Any) -> str | None:
+    """The method of a notification the session's message handler is given (SDK 1.x wraps it in a root model)."""
+    return getattr(message if SDK_2 else getattr(message, "root", None), "method", None)
 
 
 @asynccontextmanager
-async def _session(target: Any, calls_by_id: Mapping[Any, _CallRecord]) -> AsyncIterator[Any]:
+async def _hearing_tool_changes(handle: ClientHandle) -> AsyncIterator[None]:
+    """SDK 2.x: while open, the session listens for the server's tool changes where the protocol asks it to.
+
+    A server of the 2026-07-28 protocol tells its changes only on a ``subscriptions/listen`` stream; the
+    SDK passes each event on to the message handler as well, which is what ``tools_changed`` hears.
+    """
+    if not SDK_2 or not _of_the_2026_protocol(handle.session):  # the server sends its changes unasked
+        yield
+        return
+    async with anyio.create_task_group() as listening:
+        listening.start_soon(_listen_for_tool_changes, handle)
+        try:
+            yield
+        finally:
+            listening.cancel_scope.cancel()
+
+
+def _of_the_2026_protocol(client: Any) -> bool:
+    """SDK 2.x: whether ``client``'s session speaks a protocol of the 2026-07-28 era (no handshake, changes
+    told only to ``subscriptions/listen`` streams)."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+async def _listen_for_tool_changes(handle: ClientHandle) -> None:
+    """Hold a ``subscriptions/listen`` stream for tool changes open, and open another if it is lost.
+
+    No event is replayed after a loss, so the tools are read again as if they had changed.
+    """
+    from mcp.client.subscriptions import SubscriptionLost
+
+    while True:
+        try:
+            async with handle.session.listen(tools_list_changed=True) as changes:
+                async for _ in changes:  # each one reaches ``on_message`` as well, which counts it
+                    pass
+            return  # the server ended the subscription itself
+        except SubscriptionLost:
+            log.debug("the subscription to the server's tool changes was lost; listening again")
+        except Exception as exc:  # a server that does not take subscriptions: it tells no change
+            log.debug("not listening for the server's tool changes: %s", type(exc).__name__)
+            return
+        handle.tools_changes += 1
+        handle.tools_changed.set()
+        await anyio.sleep(RELISTEN_SECONDS)
+
+
+@asynccontextmanager
+async def _session(target: Any, calls_by_id: Mapping[Any, _CallRecord], on_message: Any) -> AsyncIterator[Any]:
     if SDK_2 and isinstance(target, str):
         http = _http_client(calls_by_id)
-        async with http, Client(streamable_http_client(target, http_client=http)) as client:
+        transport = streamable_http_client(target, http_client=http)
+        async with http, Client(transport, message_handler=on_message) as client:
             yield client
     elif SDK_2:
         mode = "legacy" if is_server(target) else "auto"  # legacy: real JSON-RPC over memory streams
-        async with Client(target, mode=mode) as client:
+        async with Client(target, mode=mode, message_handler=on_message) as client:
             yield client
     else:  # pragma: no cover - SDK 1.x leg
-        async with _connect_1x(target, calls_by_id) as session:
+        async with _connect_1x(target, calls_by_id, on_message) as session:
             yield session
 
 
@@ -484,10 +559,11 @@ if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x li
 
     @asynccontextmanager
     async def _connect_1x(
-        target: Any, calls_by_id: Mapping[Any, _CallRecord]
+        target: Any, calls_by_id: Mapping[Any, _CallRecord], on_message: Any
     ) -> AsyncIterator[Any]:  # pragma: no cover - SDK 1.x leg
         if is_server(target):
-            async with create_connected_server_and_client_session(target._mcp_server) as session:
+            in_memory = create_connected_server_and_client_session(target._mcp_server, message_handler=on_message)
+            async with in_memory as session:
                 yield session
             return
         if isinstance(target, str):
@@ -495,6 +571,10 @@ if not SDK_2:  # the 1.x client side: defined only there (mypy checks the 2.x li
             transport = _http_1x.streamable_http_client(target, http_client=http)
         else:  # stdio_client's, watched
             http, transport = contextlib.nullcontext(), target
-        async with http, transport as streams, ClientSession(streams[0], streams[1]) as session:
+        async with (
+            http,
+            transport as streams,
+            ClientSession(streams[0], streams[1], message_handler=on_message) as session,
+        ):
             await session.initialize()
             yield session

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import Any
+
+import anyio
 
 from .sdk import SDK_2
 
 
-async def run_stdio(server: Any) -> None:
-    await server.run_stdio_async()
+async def run_stdio(server: Any, protocol_fds: tuple[int, int] | None = None) -> None:
+    """Serve ``server`` over stdio: fds 0 and 1, or the ``(read, write)`` descriptors of ``protocol_fds``.
+
+    Given its own descriptors, the transport reads and writes only them, whatever fds 0 and 1 and
+    ``sys.stdout`` point at meanwhile (see ``router.serve.claim_stdio``). Both SDK lines' ``stdio_server``
+    take the streams; the server then runs as their own ``run_stdio_async`` runs it.
+    """
+    if protocol_fds is None:
+        await server.run_stdio_async()
+        return
+    from mcp.server.stdio import stdio_server
+
+    read_fd, write_fd = protocol_fds
+    # Never closed, as the SDKs never close sys.stdin: a worker thread may still be blocked reading it as the
+    # process exits, holding the buffer's lock. closefd=False: the descriptors stay the caller's.
+    reading = open(read_fd, "rb", closefd=False)  # noqa: SIM115 - see above
+    writing = open(write_fd, "wb", closefd=False)  # noqa: SIM115 - see above
+    stdin = anyio.wrap_file(io.TextIOWrapper(reading, encoding="utf-8", errors="replace"))
+    stdout = anyio.wrap_file(io.TextIOWrapper(writing, encoding="utf-8"))
+    lowlevel = server._lowlevel_server if SDK_2 else server._mcp_server  # noqa: SLF001 - what run_stdio_async runs
+    async with stdio_server(stdin, stdout) as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 # What both SDK lines allow by default on a loopback address: DNS-rebinding protection on.

@@ -126,7 +126,7 @@ class CentralMCPHooks:
         try:
             result = await _compat.call_manager_tool(backend._tool_manager, tool.name, args, context=request)
         except Exception as e:
-            return {"error": _error_text(e, functools.partial(self._backend_tool, tool.name))}
+            return {"error": _error_text(e, functools.partial(self._backend_tool, tool.name), args)}
         limit = self._entry_limit(max_bytes, context)
         answer = self._bound(result, limit, resume or 0, tool.name, args)
         if _clipped(answer):  # a page, or a preview of the text
@@ -192,14 +192,15 @@ class CentralMCPHooks:
         return answer
 
 
-def _error_text(exc: Exception, find_backend_tool: Callable[[], Any]) -> str:
+def _error_text(exc: Exception, find_backend_tool: Callable[[], Any], arguments: Mapping[str, Any]) -> str:
     """``Type: message``; a message about invalid arguments is retold as the reference router retells one
     (``validation``): each field of the tool's own schema and pydantic's fixed message, never the value
     given, a key the caller chose or a custom validator's text (the SDK's own text quotes values, and a
-    value may be a secret the tokenizer put back). The tool is found only for such a message."""
+    value may be a secret the tokenizer put back). The tool is found only for such a message. Any other text has
+    the call's own argument values cut out (``validation.redacted``)."""
     invalid = _validation_error(exc)
     if invalid is None:
-        return f"{type(exc).__name__}: {text_of(exc)}"
+        return validation.redacted(f"{type(exc).__name__}: {text_of(exc)}", arguments)
     details = invalid.errors(include_url=False, include_input=False, include_context=False)
     fields = validation.field_names(getattr(find_backend_tool(), "parameters", None) or {})
     return f"{type(exc).__name__}: invalid arguments: {validation.details_text(details, fields)}"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import hosting
+from ..router.urls import hosts_only
 from . import CommandFailed, load_router
 from .plugin_report import report_json, reports_text
 
@@ -16,7 +17,7 @@ def run(config: Path | None, as_json: bool) -> int:
     try:
         reports = plugin_reports(load_router(config))
     except Exception as exc:
-        raise CommandFailed(f"cannot check the plugins: {type(exc).__name__}: {exc}") from exc
+        raise CommandFailed(f"cannot check the plugins: {type(exc).__name__}: {hosts_only(str(exc))}") from exc
     if as_json:
         print(json.dumps([report_json(report) for report in reports], indent=2))
     else:

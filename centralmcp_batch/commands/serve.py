@@ -7,7 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
-from ..router.serve import HttpAccess, serve
+from ..router.serve import HttpAccess, claim_stdio, serve
+from ..router.urls import hide_urls_in_logs, hosts_only
 from . import CommandFailed, load_router
 
 log = logging.getLogger(__name__)
@@ -19,16 +20,19 @@ def run(config: Path | None, transport: str, host: str, port: int, access: HttpA
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    hide_urls_in_logs()  # from the first line on: a backend's URL is told by its host only
+    # Before the backends are imported (a module may print as it is imported): on stdio, stdout is the protocol's.
+    protocol = claim_stdio() if transport == "stdio" else None
     try:
         router = load_router(config)
     except Exception as exc:
         log.debug("the router did not start", exc_info=True)  # the traceback, for --log-level debug only
-        raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {exc}") from exc
+        raise CommandFailed(f"cannot start the router: {type(exc).__name__}: {hosts_only(str(exc))}") from exc
     if transport == "http":
         check_listenable(host, port)
         log.info("serving %s on http://%s:%d/mcp", "the demo catalog" if config is None else config, host, port)
-    serve(router, transport=transport, host=host, port=port, access=access)
-    return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) stopped the server once the backends had stopped
+    serve(router, transport=transport, host=host, port=port, access=access, protocol=protocol)
+    return 0  # the client left, or SIGTERM / SIGINT (Ctrl-C) / SIGHUP stopped the server once the backends had stopped
 
 
 def check_listenable(host: str, port: int) -> None:

@@ -73,11 +73,12 @@ class RateLimiter:
 
         Cancelled while it waits, the token is given back.
         """
+        asked = anyio.current_time()  # the wait counts from when the store read its clock, after this
         booking = await self.reserve(1, within)
         if not booking.waits:
             return False
         try:
-            await anyio.sleep(booking.waits[0])
+            await anyio.sleep_until(asked + booking.waits[0])
         except BaseException:
             assert booking.give_back is not None  # this limiter's bookings can always be given back
             with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
@@ -88,8 +89,8 @@ class RateLimiter:
     async def reserve(self, count: int, within: float = math.inf) -> RateBooking:
         """Book up to ``count`` tokens whose slots come within ``within`` seconds, in one store round trip.
 
-        Waits for nothing but the store: the caller sleeps each token's wait, and gives back the tokens
-        it does not use (``RateBooking.give_back``).
+        Waits for nothing but the store: the caller sleeps each token's wait, counted from when it asked
+        (the store read its clock after that), and gives back the tokens it does not use (``RateBooking.give_back``).
         """
         if self._instant is not None:
             return self._booking(self._instant.reserve_now(self.key, self.interval, self.burst, count, within))

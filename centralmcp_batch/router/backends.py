@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ import anyio
 from .. import _compat
 from ..errors import sole_cause
 from ..settings import BatchSettings
+from .urls import hosts_only, register
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY = 0.5  # the first try after a session breaks or fails to open
@@ -58,8 +58,15 @@ class StdioBackend:
 class HttpBackend:
     url: str
 
+    def __post_init__(self) -> None:
+        register(self.url)  # its password, token or path never reach a log line or an error whole
+
 
 RemoteSpec = StdioBackend | HttpBackend
+
+
+class ToolsChanged(Exception):
+    """The backend changed the tool after the call was checked: the call was not sent."""
 
 
 def is_remote(backend: Any) -> bool:
@@ -104,6 +111,9 @@ class RemoteBackend:
         self._lost: _compat.ClientHandle | None = None
         self._closing = anyio.Event()
         self.stopped = anyio.Event()  # ``run`` has returned: no session is open, nor will one be
+        # How many of the open session's changes of tools (``ClientHandle.tools_changes``) the catalog holds.
+        self._covered = 0
+        self._relisted = anyio.Event()  # set, and replaced, each time a new list is published or given up
 
     async def run(self) -> None:
         try:
@@ -116,6 +126,7 @@ class RemoteBackend:
                     self._attempt_ended()
                 self._count_short_lived()
                 self.client = None
+                self._relist_ended()  # no list is pending on a session that is gone: its waiters look again
                 # A backend that said it lost the session is up: the calls it refused wait for the next one.
                 delay = 0.0 if self._lost is not None else self.retry_delay()
                 self._broken, self._check_wanted = anyio.Event(), anyio.Event()
@@ -167,10 +178,10 @@ class RemoteBackend:
         """
         with anyio.CancelScope(deadline=anyio.current_time() + HANDSHAKE_SECONDS) as handshake:
             async with _compat.connect(_target(self.spec)) as client:
-                self.tools = await client.list_tools()
+                covered = client.tools_changes
+                tools = await client.list_tools()
                 handshake.deadline = math.inf
-                if self.on_tools is not None:
-                    self.on_tools(self.name, self.tools)
+                self._publish(tools, covered)
                 if self.failures:
                     log.warning("backend %r is back after %d failed tries", self.name, self.failures)
                 self.client, self.error, self.failures = client, None, 0
@@ -186,12 +197,76 @@ class RemoteBackend:
         async with anyio.create_task_group() as checks:
             checks.start_soon(self._check_when_asked, client)
             checks.start_soon(self._break_when_ended, client)
+            checks.start_soon(self._relist_when_told, client)
             await self._broken.wait()
             checks.cancel_scope.cancel()
         if client is self._lost:
             with anyio.move_on_after(LOST_SESSION_GRACE):
                 while client.calls_in_flight:
                     await anyio.sleep(0.01)
+
+    def _publish(self, tools: list[_compat.ToolInfo], covered: int) -> None:
+        """``tools`` are the backend's now, as of its session's ``covered`` changes: told to the catalog
+        before any call can use them."""
+        self.tools, self._covered = tools, covered
+        if self.on_tools is not None:
+            self.on_tools(self.name, tools)
+
+    async def _relist_when_told(self, client: _compat.ClientHandle) -> None:
+        """Each time the backend says its tools changed, read its list again and publish it.
+
+        From the moment it is told until the new list is published, ``tools_pending`` is true: the
+        router looks a tool up, and checks it again before the call is sent, only once it is over. A
+        backend that does not list its tools within the check's time is reopened (a new session lists
+        them first).
+        """
+        while True:
+            await client.tools_changed.wait()
+            covered = client.tools_changes  # a change told while the list is read is read again
+            tools = await self._relisted_tools(client, check_seconds())
+            if tools is None:
+                self._break(client)
+                return
+            if client is self.client:
+                log.info("backend %r changed its tools: it has %d now", self.name, len(tools))
+                self._publish(tools, covered)
+            self._relist_ended()
+
+    async def _relisted_tools(self, client: _compat.ClientHandle, seconds: float) -> list[_compat.ToolInfo] | None:
+        """The backend's tool list, read again; None (told in the log) when it fails or takes over ``seconds``."""
+        with anyio.move_on_after(seconds):
+            try:
+                return await client.list_tools()
+            except Exception as exc:  # a session that cannot list its tools is not trusted with calls
+                why = describe_failure(exc)
+                log.warning(
+                    "backend %r said its tools changed but did not list them (%s); reopening it", self.name, why
+                )
+                return None
+        log.warning(
+            "backend %r said its tools changed but did not list them within %gs; reopening it", self.name, seconds
+        )
+        return None
+
+    def _relist_ended(self) -> None:
+        self._relisted.set()
+        self._relisted = anyio.Event()
+
+    def tools_pending(self) -> bool:
+        """Whether the backend said its tools changed and the catalog does not hold its new list yet."""
+        client = self.client
+        return client is not None and client.tools_changes > self._covered
+
+    async def tools_listed(self) -> None:
+        """Return once the catalog holds the backend's tools as it had told them when this was called (a
+        backend that keeps saying its tools changed holds a caller up for one more list at most), or once
+        its session has ended (the next one lists its tools before it takes a call)."""
+        client = self.client
+        if client is None:
+            return
+        told = client.tools_changes
+        while self.client is client and self._covered < told:
+            await self._relisted.wait()
 
     def _attempt_ended(self) -> None:
         """Wake the calls waiting for a session: one is open (``client``), or the try failed (``error``)."""
@@ -235,12 +310,16 @@ class RemoteBackend:
         if client is self.client:  # a call on a session already replaced says nothing of the new one
             self._check_wanted.set()
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], unchanged: Callable[[], bool] | None = None
+    ) -> _compat.Answer:
+        """``tool``'s answer. ``unchanged``: whether the tool is still the one the call was checked against; it is
+        asked, once no new tool list is pending, before the call is sent (``ToolsChanged`` when it is not)."""
         client = self._connected()
         try:
             if client is not self._lost:  # else it is being closed: sent on it now, the call would be refused
                 try:
-                    return await self._call(client, tool, arguments)
+                    return await self._call(client, tool, arguments, unchanged)
                 except _compat.SessionUnknown:
                     pass
             # The backend refused the call for its session (HTTP 404 to the call itself) before the call
@@ -251,7 +330,7 @@ class RemoteBackend:
             if client is self._lost:  # another call was refused on it already: this one would be too
                 return _refused_again()
             try:
-                return await self._call(client, tool, arguments)
+                return await self._call(client, tool, arguments, unchanged)
             except _compat.SessionUnknown:
                 # Not sent a third time, and no reopen: the session may serve other calls, and the
                 # next call refused on it reopens it.
@@ -286,8 +365,18 @@ class RemoteBackend:
             await self._attempted.wait()
         return self.client
 
-    async def _call(self, client: _compat.ClientHandle, tool: str, arguments: Mapping[str, Any]) -> _compat.Answer:
+    async def _call(
+        self,
+        client: _compat.ClientHandle,
+        tool: str,
+        arguments: Mapping[str, Any],
+        unchanged: Callable[[], bool] | None = None,
+    ) -> _compat.Answer:
         """``tool``'s answer on ``client``; ``SessionUnknown`` (the backend's own verdict on the session) is raised."""
+        if self.tools_pending():
+            await self.tools_listed()
+        if unchanged is not None and not unchanged():
+            raise ToolsChanged(tool)
         try:
             return await client.call_tool(tool, arguments)
         except _compat.SessionUnknown:
@@ -341,29 +430,28 @@ async def _probe(client: _compat.ClientHandle, seconds: float) -> bool | None:
     return None if seconds < MIN_PROBE_SECONDS else False
 
 
+@dataclass(frozen=True)
+class ErrorResponse(_compat.Answer):
+    """A call the backend answered with a JSON-RPC error, as an error answer that keeps the error's code
+    (-32602, "Invalid params", tells the router the error is about the arguments)."""
+
+    code: int | None = None
+
+
 def _failed_call(exc: Exception) -> _compat.Answer:
     """A call the backend answered with a JSON-RPC error, whose answer was lost, or that the client refused, as an
     error answer."""
     message = _compat.error_response_text(exc)
-    if message is not None:  # the backend's own words, passed on (and retold) as a tool's error text is
-        return _compat.Answer(is_error=True, text=message)
+    if message is not None:  # the backend's own words (or the SDK's), passed on (and retold) as a tool's error is
+        code = getattr(getattr(exc, "error", None), "code", None)  # both SDK lines' ErrorData
+        return ErrorResponse(is_error=True, text=hosts_only(message), code=code if isinstance(code, int) else None)
     if isinstance(exc, _compat.AnswerLost):  # SDK 1.x's; 2.x answers such a call with an error of its own
         return _compat.Answer(is_error=True, text=str(exc))
     # e.g. structured content that breaks the tool's output schema; the detail after the
     # colon quotes the answer, so only the head is kept
     head = str(exc).split(":", 1)[0] if isinstance(exc, RuntimeError) else ""
-    why = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
+    why = f"{type(exc).__name__}: {hosts_only(head)}" if head else type(exc).__name__
     return _compat.Answer(is_error=True, text=f"the router's MCP client refused the backend's answer ({why})")
-
-
-# A URL's user part (user:password@), path, query and fragment, around its scheme and host: a password or
-# token in them must not reach a log or an item.
-_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/\s'\"?#]*@)?([^@/\s'\"?#]+)[^\s'\"]*")
-
-
-def hosts_only(text: str) -> str:
-    """``text`` with each URL in it cut to its scheme and host."""
-    return _URL.sub(r"\1\2", text)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -2,7 +2,8 @@
 
 A clipped page carries ``_pagination`` and ``next_cursor``; every bounded answer carries
 ``_response_bounds``; an answer with nothing to slice that is still too large becomes a
-bounded ``preview``.
+bounded ``preview``. An answer that is not plain JSON (NaN or an infinity most often) is bounded
+as the SDKs write it (see ``budget.as_json``): a read that returns NaN is a read, and JSON says null.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..budget import encode
+from ..budget import as_json, encode
 
 PREVIEW_RESERVE = 256  # room for the markers around a preview
 
@@ -38,7 +39,17 @@ def bound(
     payload: Any, bounds: Bounds, offset: int = 0, cursor_for: Callable[[int], str] | None = None
 ) -> dict[str, Any]:
     """``payload`` within ``bounds`` from ``offset``; ``cursor_for(next_offset)`` makes next_cursor."""
-    answer = as_object(payload)
+    try:
+        return _bound(as_object(payload), bounds, offset, cursor_for)
+    except (TypeError, ValueError):
+        # Not plain JSON where it was encoded: NaN or an infinity, from a float an in-process tool returns or a
+        # backend that writes NaN. Converted only now, so a plain answer (nearly every one) is not walked twice.
+        return _bound(as_object(as_json(payload)), bounds, offset, cursor_for)
+
+
+def _bound(
+    answer: dict[str, Any], bounds: Bounds, offset: int, cursor_for: Callable[[int], str] | None
+) -> dict[str, Any]:
     key = page_key(answer)
     if key is None:
         return _preview_if_large(answer, bounds)

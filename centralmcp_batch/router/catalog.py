@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import ToolInfo
+from ..entries import is_utf8
 from ..errors import HostContractError
 from ..models import ToolRef
+
+# What one find_tool call may ask for. The search compares every distinct word with every tool's
+# name and description, so its cost is the words times the catalog's text: bounding the words bounds
+# the work one call can put on the event loop, whatever the catalog (see ``search_problem``).
+MAX_QUERY_CHARS = 1_000
+MAX_QUERY_WORDS = 16
+MAX_TOP_K = 50
+MAX_SERVER_CHARS = 200
+# A query word is letters and digits only, so it can match only inside one such run of a tool's text:
+# the search reads each distinct run once, cut to this length (no word is longer), which bounds the cost
+# of one comparison whatever the text (a long run of one letter made each one slow).
+MAX_WORD_CHARS = 64
+CAPABILITIES = ("read", "diagnostic", "write", "destructive")
+_WORD_BREAKS = re.compile(r"[^a-z0-9]+")
 
 # An allow list beside trusted annotations would change nothing: the backend's own readOnlyHint decides.
 # Refused, so an operator never believes a tool allowed that stays blocked (or the reverse).
@@ -49,6 +65,17 @@ class Entry:
     ref: ToolRef
     description: str
     input_schema: dict[str, Any]
+    # The texts the search reads (see ``searched``), made once rather than on every search.
+    searched_name: str = field(init=False, repr=False)
+    searched_text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.searched_name, self.searched_text = searched(self.ref.name), searched(self.description)
+
+    def score(self, words: Counter[str]) -> int:
+        """A word in the name counts twice, in the description once; a word repeated in the query as often."""
+        name, text = self.searched_name, self.searched_text
+        return sum(times * (2 * (word in name) + (word in text)) for word, times in words.items())
 
     @property
     def capability(self) -> str:
@@ -97,16 +124,57 @@ class Catalog:
         return entry.input_schema if entry else {}
 
     def search(self, query: str, top_k: int, server: str | None, wanted: str | None) -> list[dict[str, Any]]:
-        words = [word for word in re.split(r"[^a-z0-9]+", query.lower()) if word]
+        """The best ``top_k`` matches; the arguments are those ``search_problem`` passed."""
+        words = query_words(query)
         scored = []
         for entry in self.entries.values():
             if (server and entry.ref.server != server) or (wanted and entry.capability != wanted):
                 continue
-            name, text = entry.ref.name.lower(), entry.description.lower()
-            score = sum(2 * (word in name) + (word in text) for word in words) if words else 1
+            score = entry.score(words) if words else 1
             if score:
                 scored.append((-score, entry.ref.name, entry))
         return [_hit(entry) for _, _, entry in sorted(scored)[: max(0, top_k)]]
+
+
+def words_of(text: str) -> list[str]:
+    return [word for word in _WORD_BREAKS.split(text.lower()) if word]
+
+
+def searched(text: str) -> str:
+    """``text`` as the search reads it: each distinct run of letters and digits once, cut to MAX_WORD_CHARS,
+    separated by spaces. A query word is found in it exactly where it is found in such a run of ``text``."""
+    return " ".join(dict.fromkeys(word[:MAX_WORD_CHARS] for word in words_of(text)))
+
+
+def query_words(query: str) -> Counter[str]:
+    """The query's distinct words, each with how often it is given; one longer than any searched run matches nothing."""
+    return Counter(word for word in words_of(query) if len(word) <= MAX_WORD_CHARS)
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (``5`` or ``5.0``, not ``True``); else None."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def search_problem(query: Any, top_k: Any, server: Any, capability: Any) -> str | None:
+    """Why find_tool refuses these arguments, stating the bound and never a value; None when it does not."""
+    if not isinstance(query, str):
+        return "query must be a string"
+    if len(query) > MAX_QUERY_CHARS:
+        return f"query must be at most {MAX_QUERY_CHARS:,} characters"
+    if not is_utf8(query):
+        return "query must be valid Unicode text"
+    if len(query_words(query)) > MAX_QUERY_WORDS:
+        return f"query must have at most {MAX_QUERY_WORDS} distinct words"
+    if whole_number(top_k) not in range(1, MAX_TOP_K + 1):
+        return f"top_k must be a whole number from 1 to {MAX_TOP_K}"
+    if server is not None and (not isinstance(server, str) or len(server) > MAX_SERVER_CHARS):
+        return f"server must be a server name of at most {MAX_SERVER_CHARS} characters, or null"
+    if capability is not None and capability not in CAPABILITIES:
+        return f"capability must be one of {', '.join(CAPABILITIES)}, or null"
+    return None
 
 
 def _effective(tool: ToolInfo, options: BackendOptions) -> dict[str, Any]:

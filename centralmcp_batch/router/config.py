@@ -17,6 +17,7 @@ from typing import Any
 from .backends import HttpBackend, StdioBackend
 from .catalog import ALLOW_LIST_NEEDS_DISTRUST, BackendOptions
 from .core import Router
+from .urls import is_http_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,7 +64,9 @@ BACKEND_KEYS: dict[str, Key] = {
     "command": Key(_is_str, "a non-empty string, the program to start"),
     "args": Key(_is_str_list, "a list of strings"),
     "env": Key(_is_str_table, "a table of string values", secret=True),
-    "url": Key(_is_str, "a non-empty string, the backend's streamable HTTP URL"),
+    "url": Key(
+        is_http_url, "an http:// or https:// URL with a host, the backend's streamable HTTP endpoint", secret=True
+    ),
     "trust_annotations": Key(_is_bool, "true or false (a TOML boolean, not a string)"),
     "read_allow": Key(_is_str_list, "a list of tool names (strings)"),
     "concurrency": Key(_is_positive_int, "a positive whole number"),

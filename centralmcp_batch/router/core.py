@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,14 +16,26 @@ from ..entries import is_utf8
 from ..errors import HostContractError
 from ..hookspecs import hookimpl
 from ..host import HostHooks
-from ..models import MAX_NAME_CHARS, ToolRef
+from ..models import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, MAX_NAME_CHARS, ToolRef
 from ..ratelimit import RateLimitPlugin
 from ..settings import BatchSettings, Setting
-from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, is_remote
+from ..worker_threads import run_sync_abandonable
+from .backends import CLOSE_SECONDS, RemoteBackend, StdioBackend, ToolsChanged, is_remote
 from .bounding import Bounds, bound
-from .catalog import BackendOptions, Catalog
+from .catalog import (
+    CAPABILITIES,
+    MAX_QUERY_CHARS,
+    MAX_QUERY_WORDS,
+    MAX_SERVER_CHARS,
+    MAX_TOP_K,
+    BackendOptions,
+    Catalog,
+    search_problem,
+    whole_number,
+)
 from .cursors import CursorSigner
 from .limiter import RateLimiter, limiter_from_env
+from .urls import hosts_only, known_urls_masked
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +45,9 @@ CURSOR_TTL = Setting("CENTRALMCP_ROUTER_CURSOR_TTL_SECONDS", 900, 30, 3600)
 CURSOR_KEY_ENV = "CENTRALMCP_ROUTER_CURSOR_KEY"
 NOT_READ_ONLY = (
     "Tool '{name}' is not read-only. Use invoke_tool only after explicit user intent for write/destructive actions."
+)
+CHANGED_SINCE_CHECKED = (
+    "Tool '{name}' changed on its backend after this call was checked, and was not called: call it again."
 )
 FIRST_CONNECT_SECONDS = 30.0
 
@@ -144,14 +160,22 @@ class Router:
                 waits.cancel_scope.cancel()  # every first attempt is over: stop watching ``abandon``
 
     def _index_remote(self, name: str, tools: list[_compat.ToolInfo]) -> None:
-        """On every (re)connect: the catalog holds the backend's current tools, and only those."""
+        """On every (re)connect, and each time the backend says its tools changed: the catalog holds the
+        backend's current tools, and only those. Names another backend serves are left out; a name this
+        one gave up goes to a backend that was refused it before."""
+        before = {entry.ref.name for entry in self.catalog.entries.values() if entry.ref.server == name}
         conflicts = self.catalog.replace_backend(name, tools, self.options_for(name))
-        if conflicts:
+        if conflicts and conflicts != self.conflicts.get(name):  # told again only when it changes
             left_out = ", ".join(sorted(conflicts))
             log.error("backend %r publishes tool names other backends serve, left out: %s", name, left_out)
+        if conflicts:
             self.conflicts[name] = conflicts
         else:
             self.conflicts.pop(name, None)
+        freed = before - {tool.name for tool in tools}
+        for other, refused in list(self.conflicts.items()):
+            if other != name and freed & refused.keys() and other in self.remotes:
+                self._index_remote(other, self.remotes[other].tools)
 
     def _check_first_connects(self) -> None:
         if self.conflicts:  # at start-up, as for in-process backends, a duplicate name is an error
@@ -170,68 +194,119 @@ class Router:
 
     # -- the backend call -------------------------------------------------------------
 
+    def find(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        """The catalog's tool ``name``; to be awaited while a backend that may serve it reads its changed tools.
+
+        The backend that serves it now, or, for a name no backend serves, every backend whose new list
+        is pending (a tool may be new, or renamed).
+        """
+        tool = self.catalog.find(name)
+        servers = [tool.server] if tool is not None else self.remotes
+        pending = [self.remotes[server] for server in servers if server in self.remotes]
+        if not any(remote.tools_pending() for remote in pending):
+            return tool
+        return self._found_once_listed(name, pending)
+
+    async def _found_once_listed(self, name: str, remotes: list[RemoteBackend]) -> ToolRef | None:
+        for remote in remotes:
+            await remote.tools_listed()
+        return self.catalog.find(name)
+
     async def call_backend(self, tool: ToolRef, arguments: Mapping[str, Any]) -> _compat.Answer:
+        """``tool``'s answer; ``ToolsChanged`` when its remote backend changed it after it was looked up."""
         if tool.server in self.local:
             return await _compat.call_server_tool(self.local[tool.server], tool.name, arguments)
-        return await self.remotes[tool.server or ""].call(tool.name, arguments)
+        remote = self.remotes[tool.server or ""]
+        return await remote.call(tool.name, arguments, unchanged=lambda: self.catalog.find(tool.name) == tool)
+
+    def refusal_after_change(self, tool: ToolRef) -> dict[str, str]:
+        """What a call to ``tool`` is answered once its backend changed it after the call was checked: the gate
+        decides again on the tool as it is now (a tool that is still a read, but another, is refused all the same)."""
+        now = self.catalog.find(tool.name)
+        if now is None:
+            return {"status": "unknown_tool", "error": pipeline.unknown_tool_message(tool.name)}
+        if not now.read_only:
+            return {"status": "blocked", "error": NOT_READ_ONLY.format(name=tool.name)}
+        return {"status": "blocked", "error": CHANGED_SINCE_CHECKED.format(name=tool.name)}
 
     async def dispatch(self, tool: ToolRef, arguments: Mapping[str, Any], resume: Any, max_bytes: int | None) -> Any:
         try:
             answer = await self.call_backend(tool, arguments)
+        except ToolsChanged:
+            return self.refusal_after_change(tool)
         except ConnectionError as exc:
-            return {"error": str(exc)}
+            return {"error": hosts_only(str(exc))}
         if answer.is_error:
-            return {"error": self.error_text(tool, arguments, answer.text) or "the tool reported an error"}
+            code = getattr(answer, "code", None)  # a JSON-RPC error's (see backends.ErrorResponse)
+            text = known_urls_masked(await self.error_text(tool, arguments, answer.text, code))
+            return {"error": text or "the tool reported an error"}
         # A batch entry's share of the batch budget may be larger than a single read's own bound: an
         # entry is never bounded looser than the same read alone would be.
         bounds = Bounds(self.max_items, min(max_bytes or self.max_bytes, self.max_bytes))
         offset = int(resume or 0)
         return bound(answer.payload, bounds, offset, lambda at: self.cursors.issue(tool.name, arguments, at))
 
-    def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str) -> str:
-        """A backend's error as the caller may see it: a validation error is retold without its values."""
-        if not validation.is_validation_error(text):
-            return text
-        fields = validation.field_names(self.catalog.input_schema(tool.name))
+    async def error_text(self, tool: ToolRef, arguments: Mapping[str, Any], text: str, code: int | None = None) -> str:
+        """A backend's error as the caller may see it, never with an argument value (see ``validation``): an
+        argument error is built anew, any other text has the call's values cut out."""
+        schema = self.catalog.input_schema(tool.name)
         local = self.local.get(tool.server or "")
-        details = None if local is None else _compat.argument_errors(local, tool.name, arguments)
-        return validation.retold(tool.name, text, details, fields)
+        details = None
+        if local is not None and validation.is_argument_error(text, code):
+            details = _compat.argument_errors(local, tool.name, arguments)
+        # Pure Python over up to 20,000 bytes of arguments (a jsonschema check, a search for each value): in a
+        # worker thread, so that a batch of such errors never holds the event loop that serves other clients.
+        told = functools.partial(validation.retold, tool.name, text, arguments, schema, code=code, details=details)
+        return await run_sync_abandonable(told)
 
     # -- the router's own tools -------------------------------------------------------
 
     def _add_tools(self) -> None:
         read = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
-        _compat.add_tool(self.server, self._find_tool_fn(), name="find_tool", description=FIND_TOOL, annotations=read)
+        _compat.add_tool(
+            self.server,
+            self._find_tool_fn(),
+            name="find_tool",
+            description=FIND_TOOL,
+            annotations=read,
+            input_schema=FIND_TOOL_SCHEMA,
+        )
         _compat.add_tool(
             self.server,
             self._invoke_read_tool_fn(),
             name="invoke_read_tool",
             description=INVOKE_READ_TOOL,
             annotations={**read, "openWorldHint": True},
+            input_schema=INVOKE_READ_TOOL_SCHEMA,
         )
 
     def _find_tool_fn(self) -> Any:
+        # Loose parameters, checked here against the published schema's bounds: the SDK's own check
+        # would answer a wrong type with pydantic's text, which quotes the value.
         async def find_tool(
-            query: str, top_k: int = 5, server: str | None = None, capability: str | None = None
+            query: Any = None, top_k: Any = 5, server: Any = None, capability: Any = None
         ) -> dict[str, Any]:
-            hits = self.catalog.search(query, top_k, server, capability)
+            problem = search_problem(query, top_k, server, capability)
+            if problem is not None:
+                raise _compat.ToolError(problem)
+            hits = self.catalog.search(query, whole_number(top_k) or 0, server, capability)
             return {"query": query, "count": len(hits), "results": hits}
 
         return find_tool
 
     def _invoke_read_tool_fn(self) -> Any:
+        # Loose parameters, as find_tool's: the stages check them as a batch entry is checked, where the SDK's
+        # own check would answer a wrong type with pydantic's text, which quotes the value.
         async def invoke_read_tool(
-            ctx: _compat.Context, name: str, arguments: dict[str, Any] | None = None, cursor: str | None = None
+            ctx: _compat.Context, name: Any = None, arguments: Any = None, cursor: Any = None
         ) -> dict[str, Any]:
-            return await self.read(name, arguments or {}, cursor, request=ctx)
+            return await self.read(name, arguments, cursor, request=ctx)
 
         return invoke_read_tool
 
-    async def read(
-        self, name: str, arguments: Mapping[str, Any], cursor: str | None = None, request: Any = None
-    ) -> dict[str, Any]:
+    async def read(self, name: Any, arguments: Any, cursor: Any = None, request: Any = None) -> dict[str, Any]:
         """One read through the same stages as a batch entry (``engine.read_one``)."""
-        if not is_utf8(name):
+        if isinstance(name, str) and not is_utf8(name):
             # SDK 1.x's HTTP parser lets a lone surrogate through; echoed back, it made an answer no
             # JSON can carry, and the client got the SDK's "Error serializing to JSON" instead.
             shown = name.encode("utf-8", "backslashreplace").decode()
@@ -241,7 +316,7 @@ class Router:
         if outcome.status == "ok":
             result: dict[str, Any] = outcome.result
             return result
-        echoed = name if len(name) <= MAX_NAME_CHARS else None  # a name refused for its length is not echoed
+        echoed = name if isinstance(name, str) and len(name) <= MAX_NAME_CHARS else None  # what was refused is not
         return {"error": outcome.error, "tool": echoed, "status": outcome.status}
 
 
@@ -260,8 +335,8 @@ class RouterHooks:
         self.router = router
 
     @hookimpl
-    def centralmcp_find_tool(self, name: str) -> ToolRef | None:
-        return self.router.catalog.find(name)
+    def centralmcp_find_tool(self, name: str) -> ToolRef | None | Awaitable[ToolRef | None]:
+        return self.router.find(name)
 
     @hookimpl
     def centralmcp_read_gate(self, tool: ToolRef) -> str | None:
@@ -283,6 +358,35 @@ FIND_TOOL = """Find backend tools by keywords over their names and descriptions.
 Returns up to top_k matches with name, server, description, params, capability (read,
 diagnostic, write, destructive), recommended_dispatcher and read_only. Filter by server or
 capability. Call read tools with invoke_read_tool or, several at once, invoke_read_tool_batch."""
+
+FIND_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "maxLength": MAX_QUERY_CHARS,
+            "description": f"keywords, at most {MAX_QUERY_WORDS} distinct",
+        },
+        "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 5},
+        "server": {"anyOf": [{"type": "string", "maxLength": MAX_SERVER_CHARS}, {"type": "null"}], "default": None},
+        "capability": {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "null"}], "default": None},
+    },
+    "required": ["query"],
+}
+
+INVOKE_READ_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "the backend tool"},
+        "arguments": {
+            "anyOf": [{"type": "object"}, {"type": "null"}],
+            "default": None,
+            "description": f"at most {MAX_ARGUMENT_BYTES} bytes as JSON, {MAX_ARGUMENT_DEPTH} levels deep",
+        },
+        "cursor": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+    },
+    "required": ["name"],
+}
 
 INVOKE_READ_TOOL = """Call one read-only backend tool by name.
 

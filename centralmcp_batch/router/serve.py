@@ -16,38 +16,12 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import _compat
-from .backends import hosts_only
+from .urls import hide_urls_in_logs
 
 log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # A client leaves its scheme's default port out of Host and Origin headers (a browser always does).
 DEFAULT_PORTS = {"http": "80", "https": "443"}
-
-
-# The HTTP client the SDK uses logs each request's whole URL at INFO ("HTTP Request: POST URL ..."),
-# a backend URL's token in its query or its user part included; the router's own lines name a URL by
-# its host only (``backends.describe_failure``), and so do these.
-REQUEST_LOGGERS = ("httpx", "httpx2")
-
-
-class UrlHostsOnly(logging.Filter):
-    """A record's URLs cut to their scheme and host: no user part, path, query or fragment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a call whose arguments do not fit its format: logging reports it itself
-            return True
-        record.msg, record.args = hosts_only(message), None
-        return True
-
-
-def hide_request_urls() -> None:
-    """Install ``UrlHostsOnly`` on the HTTP client's request loggers (once)."""
-    for name in REQUEST_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(each, UrlHostsOnly) for each in logger.filters):
-            logger.addFilter(UrlHostsOnly())
 
 
 @dataclass(frozen=True)
@@ -99,27 +73,64 @@ def split_port(host: str) -> tuple[str, str | None]:
     return head + bracket + name, port
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP: the terminal or ssh session the router runs in closed. Its default, like SIGTERM's, kills the process
+# at once, before the backends are stopped: the processes they started would be left running, re-parented to init.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+@dataclass(frozen=True)
+class StdioProtocol:
+    """The descriptors the MCP stdio protocol is read from and written to, the router's alone."""
+
+    read_fd: int
+    write_fd: int
+
+
+def claim_stdio() -> StdioProtocol:
+    """Keep the stdio protocol away from whatever else the process prints or reads, and return its descriptors.
+
+    The protocol moves to private duplicates of fds 0 and 1 (not inherited by the processes the router
+    starts); fd 0 then reads the null device and fd 1 writes to stderr. So an in-process backend that
+    prints (``print``, ``sys.stdout``, a C extension writing to fd 1, a thread, a process it starts that
+    inherits fd 1) prints to stderr, where its text cannot be glued onto a message, and nothing but the
+    router reads the client's messages. Made before the backends are imported: a module may print as it
+    is imported. What was already buffered in ``sys.stdout`` goes to the client first, as it would have.
+    """
+    sys.stdout.flush()
+    protocol = StdioProtocol(os.dup(0), os.dup(1))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return protocol
 
 
 def serve(
-    router: Any, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, access: HttpAccess = HttpAccess()
+    router: Any,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    access: HttpAccess = HttpAccess(),
+    protocol: StdioProtocol | None = None,
 ) -> int | None:
-    """Run until the client leaves or SIGTERM / SIGINT; returns the signal that stopped it, if one did.
+    """Run until the client leaves or SIGTERM / SIGINT / SIGHUP; returns the signal that stopped it, if one did.
 
-    On stdio, stdout carries only the protocol: logs go to stderr. Either way the backends are
-    stopped (and their process groups with them) before this returns.
+    On stdio, the protocol has descriptors of its own (``protocol``, or ``claim_stdio``'s now), and every
+    log line and print goes to stderr. Either way the backends are stopped (and their process groups with
+    them) before this returns.
     """
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    hide_request_urls()
+    # The router's own lines name a backend URL by its host only; so do those of the SDK and its HTTP client
+    # (each request's whole URL at INFO, the endpoint at DEBUG), and tracebacks.
+    hide_urls_in_logs()
     if transport == "stdio":
-        return anyio.run(serve_stdio, router)
+        return anyio.run(serve_stdio, router, protocol or claim_stdio())
     if transport == "http":
         return anyio.run(serve_http, router, host, port, access)
     raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
 
 
-async def serve_stdio(router: Any) -> int | None:
+async def serve_stdio(router: Any, protocol: StdioProtocol | None = None) -> int | None:
     """Serve on stdio until stdin closes, the client that started the router exits, or a stop signal arrives.
 
     Python's default SIGTERM kills the process at once, before the backends are stopped, so a
@@ -135,7 +146,7 @@ async def serve_stdio(router: Any) -> int | None:
         tasks.start_soon(watch_parent, stop.set)
         async with router.connected(abandon=stop):
             if not stop.is_set():
-                tasks.start_soon(_serve_until_eof, router.server, stdin_closed, stop)
+                tasks.start_soon(_serve_until_eof, router.server, protocol, stdin_closed, stop)
             await stop.wait()  # not cancelled yet: a cancel here would leave this block before the exit below
         if not stdin_closed.is_set():
             _exit_now()  # the server's stdin reader is still blocked in its read
@@ -143,8 +154,10 @@ async def serve_stdio(router: Any) -> int | None:
     return None
 
 
-async def _serve_until_eof(server: Any, stdin_closed: anyio.Event, stop: anyio.Event) -> None:
-    await _compat.run_stdio(server)
+async def _serve_until_eof(
+    server: Any, protocol: StdioProtocol | None, stdin_closed: anyio.Event, stop: anyio.Event
+) -> None:
+    await _compat.run_stdio(server, None if protocol is None else (protocol.read_fd, protocol.write_fd))
     stdin_closed.set()
     stop.set()
 
@@ -162,8 +175,9 @@ def _exit_now() -> NoReturn:
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a terminal that hung up (EIO), a stream closed
+            stream.flush()
     os._exit(0)
 
 
@@ -202,6 +216,10 @@ async def watch_parent(on_gone: Callable[[], None], every: float = PARENT_CHECK_
     on_gone()
 
 
+# uvicorn's loggers, which it gives handlers of their own (and does not propagate) as its config is made.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
 async def serve_http(router: Any, host: str, port: int, access: HttpAccess = HttpAccess()) -> int | None:
     import uvicorn
 
@@ -213,6 +231,8 @@ async def serve_http(router: Any, host: str, port: int, access: HttpAccess = Htt
     hosts, origins = access.host_patterns(), access.origin_patterns()
     app = _compat.http_app(router.server, allowed_hosts=hosts, allowed_origins=origins, stateless=True)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    for name in UVICORN_LOGGERS:  # handlers of their own, which the root's filter never sees
+        hide_urls_in_logs(logging.getLogger(name))
     server = uvicorn.Server(config)
     # uvicorn raises a signal again once it has stopped, and SIGTERM's default then kills the
     # process before the backends are stopped: the router watches the signals itself.

@@ -14,6 +14,7 @@ anything, for good, as a stuck server does. ``HOSTILE_SEEN`` names a file to app
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -42,11 +43,17 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "error_structured": {"content": [], "structuredContent": {"reason": "quota"}, "isError": True},
     "disagree": {"content": [text('{"a": 2}')], "structuredContent": {"a": 1}},
     "not_json": {"content": [text("plain words, not JSON")]},
+    # NaN and the infinities as Python's json writes them (no JSON has them): structured, and as the text alone
+    "nan_structured": {"content": [text("{}")], "structuredContent": {"ratio": math.nan, "rows": [math.inf, 1]}},
+    "nan_text": {"content": [text('{"ratio": NaN, "low": -Infinity, "rows": [NaN, 2]}')]},
+    "nan_alone": {"content": [text("NaN")]},
     "surrogate": {"content": [text('{"s": "\\ud800 lone"}')]},
     "schema_mismatch": {"content": [text('{"count": "many"}')], "structuredContent": {"count": "many"}},
     "schema_missing": {"content": [text('{"count": 3}')]},
     "malformed": {"content": "not a list"},
-    "rpc_error": {"rpc_error": {"code": -32602, "message": "no such thing here"}},
+    "rpc_error": {"rpc_error": {"code": -32603, "message": "no such thing here"}},
+    # JSON-RPC's "Invalid params": about the arguments, whatever its words
+    "rpc_invalid_params": {"rpc_error": {"code": -32602, "message": "no such thing here"}},
     "invoke_read_tool_batch": {"content": [text('{"who": "backend"}')]},
     "find_tool": {"content": [text('{"who": "backend find_tool"}')]},
 }

@@ -9,7 +9,8 @@ it runs (the calls that reached the tool), and each call of another tool its nam
 its cancellation never reaches it. ``relay`` closes the stream its answer would come on, then answers (with
 an event store, on the stream the client resumes); ``hang_resumed`` closes it, then never answers.
 ``SESSIONS_REFUSE_CALLS=1`` answers every ``tools/call`` as the SDK answers a session it does not know
-(HTTP 404), ``SESSIONS_SLOW_INITIALIZE=N`` answers each ``initialize`` N seconds late, and
+(HTTP 404), ``SESSIONS_FAIL_CALLS=1`` answers each with HTTP 500 and no body, ``SESSIONS_SLOW_INITIALIZE=N``
+answers each ``initialize`` N seconds late, and
 ``SESSIONS_DEAF_TO_CANCELS=1`` accepts each ``notifications/cancelled`` and drops it, as a server whose worker
 is stuck would never act on it (an SDK 1.x server answers a request it is told to cancel even while its tool
 is stuck; 2.x ends the answer's stream only once the tool has ended). ``SESSIONS_EVENT_STORE=1`` keeps every
@@ -132,6 +133,8 @@ def observed(app: Any) -> Any:
             await _answer(send, 400, SESSIONLESS)
         elif method == "tools/call" and b"mcp-session-id" in headers and os.environ.get("SESSIONS_REFUSE_CALLS"):
             await _answer(send, 404, UNKNOWN_SESSION)
+        elif method == "tools/call" and os.environ.get("SESSIONS_FAIL_CALLS"):
+            await _answer(send, 500, None)
         elif method == "notifications/cancelled" and os.environ.get("SESSIONS_DEAF_TO_CANCELS"):
             await _answer(send, 202, None)
         else:
