@@ -178,7 +178,7 @@ class _Batch:
         self.caps: dict[tuple[str | None, int], anyio.Semaphore] = {}
         self.told = 0
         self.progress_lock = anyio.Lock()
-        self.booked_at = 0.0  # anyio.current_time() as the batch's booking was asked for
+        self.booked_at = 0.0  # anyio.current_time() as the batch's booking was answered
         self.next_free: float | None = None  # seconds from booked_at until the rate's next free slot
         self.waited = 0.0
         self.books = False  # the host's limiters book the rate (a booking, not a token per call)
@@ -233,11 +233,8 @@ class _Batch:
         """Book the rate for ``calls``; answer those it cannot start before ``deadline``; the rest."""
         if not calls:
             return []
-        # The waits count from when the store read its clock, between the ask and the answer. Counted from the
-        # answer, a slow round trip (an event loop held by other work meanwhile) would put every slot that much
-        # later than the store did, and calls past their place would crowd whoever booked after them.
-        self.booked_at = anyio.current_time()
-        booking = await self.host.reserve([call.ready.tool for call in calls], deadline - self.booked_at)
+        booking = await self.host.reserve([call.ready.tool for call in calls], deadline - anyio.current_time())
+        self.booked_at = anyio.current_time()  # the waits count from the answer (see RateBooking)
         if booking is None:  # the host's limiters book one call at a time, as each is dispatched
             return calls
         self.books, self.next_free = True, booking.next_free
@@ -298,8 +295,7 @@ class _Batch:
     async def book_on_reaching(self, call: BackendCall) -> bool:
         """Book one slot for ``call`` and sleep until it; False when the rate cannot start it in time."""
         tool = call.ready.tool
-        asked = anyio.current_time()  # the wait counts from the ask (see ``reserve``)
-        booking = await self.host.reserve([tool], anyio.current_effective_deadline() - asked)
+        booking = await self.host.reserve([tool], anyio.current_effective_deadline() - anyio.current_time())
         if booking is None:
             return True
         if not booking.waits:
@@ -307,7 +303,7 @@ class _Batch:
             await self.tell_call(call, Outcome("error", tool, error=error), 0.0)
             return False
         try:
-            await anyio.sleep_until(asked + booking.waits[0])
+            await anyio.sleep(booking.waits[0])
         except anyio.get_cancelled_exc_class():
             await _give_back(booking.give_back, [0])
             raise

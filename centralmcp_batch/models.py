@@ -76,11 +76,13 @@ class CallContext:
 class RateBooking:
     """What a limiter answers ``centralmcp_reserve_rate_tokens``: the tokens it booked, in call order.
 
-    ``waits``: seconds from the booking until each booked call may start, for the first ``len(waits)``
-    of the calls asked for; the rest could not start within the time asked, and nothing was booked for them.
-    ``starts_by``: seconds from the booking by which each booked call must have started; a call that
+    ``waits``: seconds from the answer until each booked call may start, for the first ``len(waits)``
+    of the calls asked for; the rest could not start within the time asked, and nothing was booked for
+    them. A limiter whose store read its clock before it answered counts the time since: a late answer
+    must not put a slot later than the store did.
+    ``starts_by``: seconds from the answer by which each booked call must have started; a call that
     starts later would crowd the callers booked after it, so it books again (None: no such limit).
-    ``next_free``: seconds from the booking until the limiter's next free slot (None: not known).
+    ``next_free``: seconds from the answer until the limiter's next free slot (None: not known).
     ``give_back``: called with the positions (0 the first) of booked calls that never started, so their
     slots go to whoever books next; it may answer an awaitable, which is awaited.
     """

@@ -1365,22 +1365,3 @@ async def test_a_slot_given_back_while_its_call_waits_for_it_is_booked_again_not
     assert [count for count, _ in host.reserved] == [3, 1, 1] and bookings.given_back == [[1, 2]]
     # one token a call: three booked at first, two given back, two booked as their calls were reached
     assert bookings.booked - sum(len(positions) for positions in bookings.given_back) == 3
-
-
-async def test_slots_count_from_when_the_booking_was_asked_for_not_from_its_answer() -> None:
-    # The store reads its clock between the ask and the answer. An answer that comes late (a slow round trip,
-    # an event loop held meanwhile) must not move the slots later: here the first call's slot is good for
-    # 0.05 s and the answer takes 0.2 s, so the batch finds it late, gives the slots back and books again.
-    bookings = Bookings(lambda position: 0.0 if position == 0 else 0.3, starts_by=0.05)
-
-    class SlowStore(ReaderHost):
-        async def reserve(self, tools: Any, within: float) -> RateBooking | None:
-            answer = await super().reserve(tools, within)
-            if len(tools) > 1:
-                await anyio.sleep(0.2)
-            return answer
-
-    host = SlowStore(echo_reader, bookings)
-    response = await engine.run_batch([{"name": "a"}, {"name": "b"}], host, settings(concurrency=2))
-    assert response["ok"] is True and bookings.given_back == [[0, 1]]
-    assert [count for count, _ in host.reserved] == [2, 1, 1]

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 RATE, BURST = 20.0, 4
 INTERVAL = 1.0 / RATE
 CLIENT = Path(__file__).with_name("rate_clients.py")
-# A call starts a moment after the engine let it (the pipeline and the handler run first): the windows are
-# measured with this much room, far below an interval.
+# A call starts a moment after the engine let it go (the pipeline and the handler run first), and two calls'
+# moments differ: a window of the recorded starts may hold the calls of a window this much longer.
 JITTER = 0.01
 
 batches = st.lists(
@@ -61,7 +61,7 @@ def run_clients(store: str, plans: list[list[Any]]) -> list[float]:
 def most_in_a_window(starts: list[float], window: float) -> int:
     most, first = 0, 0
     for last, at in enumerate(starts):
-        while at - starts[first] > window + JITTER:
+        while at - starts[first] > window:
             first += 1
         most = max(most, last - first + 1)
     return most
@@ -79,7 +79,7 @@ async def next_read_wait(store: str) -> float:
 def check(store: str, plans: list[list[Any]]) -> None:
     starts = run_clients(store, plans)
     for window in (0.0, INTERVAL, 0.5, 1.0, 3.0):
-        assert most_in_a_window(starts, window) <= RATE * window + BURST, (window, starts)
+        assert most_in_a_window(starts, window) <= RATE * (window + JITTER) + BURST, (window, starts)
     assert anyio.run(next_read_wait, store) <= INTERVAL + JITTER
 
 

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -373,3 +374,56 @@ async def test_redis_stopped_and_restarted_mid_run(redis_server: RedisServer, ca
         )
     finally:
         await limiter.close()
+
+
+# -- a booking's waits, told when it is answered -------------------------------------------------
+
+
+class LateAnswers:
+    """A store whose answer comes ``late`` seconds after it booked (a round trip, a loop held meanwhile), on
+    another machine's clock (``read_at`` None) or on this one's (the SQLite store's wall clock)."""
+
+    def __init__(self, store: Any, late: float) -> None:
+        self.store, self.late, self.url = store, late, "late"
+        self.booked: list[int] = []
+        self.given_back: list[float] = []
+
+    async def reserve(self, key: str, interval: float, burst: int, count: int = 1, within: float = 1e9) -> Any:
+        booked = await self.store.reserve(key, interval, burst, count, within)
+        self.booked.append(len(booked.waits))
+        await anyio.sleep(self.late)
+        return booked
+
+    async def give_back(self, key: str, interval: float, positions: Any) -> None:
+        self.given_back += list(positions)
+        await self.store.give_back(key, interval, positions)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+@pytest.mark.parametrize("clock", ["this machine's", "another machine's"])
+async def test_a_late_answer_does_not_put_the_slots_later_than_the_store_did(tmp_path: Path, clock: str) -> None:
+    sqlite = SqliteStore(tmp_path / "rate.sqlite3")
+    store: Any = LateAnswers(sqlite, 0.3)
+    if clock == "another machine's":  # no reading of the store's clock to go by: counted from the ask
+        store.store = MemoryStore()
+    limiter = RateLimiter(store, rate=10.0, burst=1)
+    booking = await limiter.reserve(4)
+    # The store put the slots 0, 0.1, 0.2 and 0.3 s after it booked, each good until 0.1 s after its slot;
+    # 0.3 s of those have passed by the answer. Counted from the answer, the first two are past their time
+    # (the batch books those again), and no slot is later than the store put it.
+    assert booking.starts_by == pytest.approx([-0.2, -0.1, 0.0, 0.1], abs=0.03)
+    assert all(wait <= store_wait + 0.03 for wait, store_wait in zip(booking.waits, [0.0, 0.1, 0.2, 0.3], strict=True))
+    await limiter.close()
+
+
+async def test_a_booking_whose_caller_is_cancelled_during_the_round_trip_is_given_back(tmp_path: Path) -> None:
+    store = LateAnswers(SqliteStore(tmp_path / "rate.sqlite3"), 0.3)
+    limiter = RateLimiter(store, rate=10.0, burst=1)
+    with anyio.move_on_after(0.1):
+        await limiter.reserve(5)
+    assert store.booked == [5] and len(store.given_back) == 5  # it landed in the store, and went back whole
+    after = await limiter.reserve(1)
+    assert after.waits == pytest.approx([0.0], abs=0.05)  # the bucket is as if the cancelled booking never was
+    await limiter.close()

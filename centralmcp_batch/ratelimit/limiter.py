@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 
 from ..models import RateBooking
 from .memory import MemoryStore
@@ -73,12 +74,11 @@ class RateLimiter:
 
         Cancelled while it waits, the token is given back.
         """
-        asked = anyio.current_time()  # the wait counts from when the store read its clock, after this
         booking = await self.reserve(1, within)
         if not booking.waits:
             return False
         try:
-            await anyio.sleep_until(asked + booking.waits[0])
+            await anyio.sleep(booking.waits[0])
         except BaseException:
             assert booking.give_back is not None  # this limiter's bookings can always be given back
             with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
@@ -89,25 +89,46 @@ class RateLimiter:
     async def reserve(self, count: int, within: float = math.inf) -> RateBooking:
         """Book up to ``count`` tokens whose slots come within ``within`` seconds, in one store round trip.
 
-        Waits for nothing but the store: the caller sleeps each token's wait, counted from when it asked
-        (the store read its clock after that), and gives back the tokens it does not use (``RateBooking.give_back``).
+        Waits for nothing but the store. The waits count from when this returns: the caller sleeps each
+        token's wait and gives back the tokens it does not use (``RateBooking.give_back``). A booking whose
+        caller is cancelled during the round trip is given back whole: it may have landed in the store.
         """
         if self._instant is not None:
             return self._booking(self._instant.reserve_now(self.key, self.interval, self.burst, count, within))
         async with self._queue:
-            shared = await self._reserve_in_store(count, within)
-            # Under the store, this process's slots are a part of the account's, so its own bucket never
-            # holds one back (bar a round trip's jitter); it only remembers them. A fresh local bucket at
-            # an outage would grant a burst on top of the slots already reserved in the store, and a store
-            # that rejoins, drained meanwhile, would grant again the time already granted locally.
-            if shared is None:
-                return self._booking(self._local.reserve_now(self.key, self.interval, self.burst, count, within))
-            now = time.monotonic()
-            local = [
-                self._local.reserve_now(self.key, self.interval, self.burst, not_before=now + wait)
-                for wait in shared.waits
-            ]
-            return self._booking(shared, local)
+            with anyio.CancelScope(shield=True):  # bounded by the store's time limit
+                booking = await self._reserve_shared(count, within)
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            assert booking.give_back is not None
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
+                await booking.give_back(range(len(booking.waits)))
+            raise
+        return booking
+
+    async def _reserve_shared(self, count: int, within: float) -> RateBooking:
+        asked = time.monotonic()
+        shared = await self._reserve_in_store(count, within)
+        # Under the store, this process's slots are a part of the account's, so its own bucket never
+        # holds one back (bar a round trip's jitter); it only remembers them. A fresh local bucket at
+        # an outage would grant a burst on top of the slots already reserved in the store, and a store
+        # that rejoins, drained meanwhile, would grant again the time already granted locally.
+        if shared is None:
+            return self._booking(self._local.reserve_now(self.key, self.interval, self.burst, count, within))
+        # The waits count from when the store read its clock: told from now, less the time since. On this
+        # machine's wall clock (SQLite) that is known; on another's (Redis) it is at most the round trip, and
+        # counted from the ask: a slow answer (this process's loop held meanwhile) never puts a slot later
+        # than the store did, where its call would crowd whoever booked after it.
+        if shared.read_at is not None:
+            shared = shared.since(max(0.0, time.time() - shared.read_at))
+        else:
+            shared = shared.since(time.monotonic() - asked)
+        now = time.monotonic()
+        local = [
+            self._local.reserve_now(self.key, self.interval, self.burst, not_before=now + wait) for wait in shared.waits
+        ]
+        return self._booking(shared, local)
 
     async def _reserve_in_store(self, count: int, within: float) -> Reservation | None:
         """The store's booking; None while it is down (the local bucket paces)."""

@@ -24,6 +24,17 @@ class Reservation(NamedTuple):
     # The pace the store held for the bucket when it was not this reservation's own: the pace of the last
     # router that reserved with other numbers (each reservation leaves its pace there when it differs).
     other_pace: Pace | None = None
+    # When the store read its clock, where that clock is this process's wall clock (``time.time()``: the
+    # SQLite store); None where it is not (a Redis server's).
+    read_at: float | None = None
+
+    def since(self, elapsed: float) -> Reservation:
+        """The same booking told ``elapsed`` seconds after the store read its clock."""
+        return self._replace(
+            waits=tuple(max(0.0, wait - elapsed) for wait in self.waits),
+            starts_by=tuple(deadline - elapsed for deadline in self.starts_by),
+            next_wait=max(0.0, self.next_wait - elapsed),
+        )
 
     @property
     def wait(self) -> float:

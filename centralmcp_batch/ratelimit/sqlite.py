@@ -227,7 +227,7 @@ class SqliteStore:
             )
         starts_by = tuple(position - now for position in booked.positions)
         other = None if found is None or found == pace else found
-        return Reservation(booked.waits, booked.positions, starts_by, booked.next_wait, other)
+        return Reservation(booked.waits, booked.positions, starts_by, booked.next_wait, other, read_at=now)
 
     def _give_back(self, conn: sqlite3.Connection, key: str, interval: float, positions: Sequence[float]) -> None:
         tat, holes, now, step, _ = self._state(conn, key)
