@@ -24,6 +24,28 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 # memory. The tests of the shared stores name their store explicitly.
 os.environ.setdefault("CENTRALMCP_ROUTER_RATE_STORE", "memory")
 
+# Workers a core for `-n auto` (pyproject's addopts): most tests wait on subprocesses, sleeps and
+# time limits rather than compute, so two a core keep the cores busy without crowding them.
+WORKERS_PER_CORE = 2
+SLOW_TIER_GROUP = "slow-tier"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core, or ``PYTEST_XDIST_AUTO_NUM_WORKERS`` where it is set."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
+    if chosen.isdigit():
+        return int(chosen)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return WORKERS_PER_CORE * cores
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group on each worker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tier runs on one worker, one test at a time: its load runs measure the router, not each other."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group(SLOW_TIER_GROUP))
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -31,7 +31,6 @@ from tests.redis_server import free_port
 
 HERE = Path(__file__).parent
 LINGERING = HERE / "backends" / "lingering.py"
-pytestmark = pytest.mark.slow
 
 
 def write_config(tmp_path: Path, count: int, **env: str) -> Path:

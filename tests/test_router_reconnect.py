@@ -29,7 +29,7 @@ from centralmcp_batch.router import HttpBackend, Router, StdioBackend, backends
 from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
 BACKENDS_LOG = "centralmcp_batch.router.backends"

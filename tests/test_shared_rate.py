@@ -29,7 +29,7 @@ from redis_server import RedisServer, free_port
 from centralmcp_batch import _compat
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).parent
 RATE, BURST, TOLERANCE = 120.0, 5, 0.10
