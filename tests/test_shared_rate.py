@@ -102,7 +102,8 @@ def rate_after_burst(stamps: list[float]) -> float:
 
 def assert_account_rate(stamps: list[float]) -> None:
     rate = rate_after_burst(stamps)
-    assert (1 - UNDER) * RATE <= rate <= (1 + OVER) * RATE, f"{rate:.1f}/s across {len(stamps)} calls, configured {RATE}/s"
+    told = f"{rate:.1f}/s across {len(stamps)} calls, configured {RATE}/s"
+    assert (1 - UNDER) * RATE <= rate <= (1 + OVER) * RATE, told
 
 
 # -- stdio ------------------------------------------------------------------------------
