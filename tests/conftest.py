@@ -27,7 +27,6 @@ os.environ.setdefault("CENTRALMCP_ROUTER_RATE_STORE", "memory")
 # Workers a core for `-n auto` (pyproject's addopts): most tests wait on subprocesses, sleeps and
 # time limits rather than compute, so two a core keep the cores busy without crowding them.
 WORKERS_PER_CORE = 2
-SLOW_TIER_GROUP = "slow-tier"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -39,12 +38,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return WORKERS_PER_CORE * cores
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group on each worker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tier runs on one worker, one test at a time: its load runs measure the router, not each other."""
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group(SLOW_TIER_GROUP))
+@pytest.fixture(autouse=True)
+def _slow_tier_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """The slow tier's tests run one at a time, whatever worker has each: its load runs measure the router alone.
+
+    A lock on a file in the session's base directory, which holds each xdist worker's own: xdist's
+    grouping (--dist loadgroup) groups nothing under pytest 9, which ignores the node id it rewrites.
+    """
+    if request.node.get_closest_marker("slow") is None or sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with (session / "slow-tier.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        yield
 
 
 @pytest.fixture
