@@ -23,6 +23,40 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 # memory. The tests of the shared stores name their store explicitly.
 os.environ.setdefault("CENTRALMCP_ROUTER_RATE_STORE", "memory")
 
+# Workers a core for `-n auto` (pyproject's addopts): most tests wait on subprocesses, sleeps and
+# time limits rather than compute, so two a core keep the cores busy without crowding them.
+WORKERS_PER_CORE = 2
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core, or ``PYTEST_XDIST_AUTO_NUM_WORKERS`` where it is set."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
+    if chosen.isdigit():
+        return int(chosen)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return WORKERS_PER_CORE * cores
+
+
+@pytest.fixture(autouse=True)
+def _slow_tier_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """The slow tier's tests run one at a time, whatever worker has each: its load runs measure the router alone.
+
+    A lock on a file in the session's base directory, which holds each xdist worker's own: xdist's
+    grouping (--dist loadgroup) groups nothing under pytest 9, which ignores the node id it rewrites.
+    """
+    if request.node.get_closest_marker("slow") is None or sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with (session / "slow-tier.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        yield
+
 
 @pytest.fixture
 def anyio_backend() -> str:

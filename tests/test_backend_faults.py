@@ -315,7 +315,6 @@ async def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
                 await anyio.sleep(0.1)
 
 
-@pytest.mark.slow
 async def test_over_http_a_fragile_backend_never_takes_the_router_down(tmp_path: Path) -> None:
     config = tmp_path / "router.toml"
     config.write_text('[backends.fragile]\nmodule = "tests.backends.fragile:fragile_server"\n')
@@ -395,7 +394,6 @@ async def _state_while_blocked(url: str) -> dict[str, bool]:
     return state
 
 
-@pytest.mark.slow
 async def test_an_http_backend_that_stops_answering_is_reopened_after_a_call_times_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -125,9 +125,10 @@ async def test_a_sample_is_sized_by_a_run_after_the_first() -> None:
     runs: list[float] = []
 
     async def first_slow() -> None:
-        await anyio.sleep(0.1 if not runs else 0.001)
+        await anyio.sleep(0.5 if not runs else 0.001)
         runs.append(1.0)
 
-    loops = await bench.loops_for(first_slow, 0.02)
-    # Sized by a 1 ms run (up to 20; a loaded machine oversleeps), not by the 100 ms one (1).
+    loops = await bench.loops_for(first_slow, 0.25)
+    # Sized by a 1 ms run (up to 250; a loaded machine oversleeps, by 20 ms with two suites running, so
+    # the margin is wide: 2 or more while it takes under 125 ms), not by the 500 ms one (1).
     assert len(runs) == 2 and loops >= 2

@@ -204,7 +204,6 @@ async def remote_pid(router: Router) -> int | None:
     return item["result"]["pid"] if item["status"] == "ok" else None
 
 
-@pytest.mark.slow
 async def test_a_remote_stdio_backend_dying_mid_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CENTRALMCP_ROUTER_RATE_PER_SECOND", "1000")
     monkeypatch.setenv("CENTRALMCP_ROUTER_BATCH_CALL_TIMEOUT_SECONDS", "20")

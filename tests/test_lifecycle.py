@@ -27,11 +27,11 @@ import anyio
 import httpx
 import pytest
 
+from centralmcp_batch.router.core import FIRST_CONNECT_SECONDS
 from tests.redis_server import free_port
 
 HERE = Path(__file__).parent
 LINGERING = HERE / "backends" / "lingering.py"
-pytestmark = pytest.mark.slow
 
 
 def write_config(tmp_path: Path, count: int, **env: str) -> Path:
@@ -186,12 +186,14 @@ def test_a_signal_while_a_backend_starts_stops_the_router_at_once(tmp_path: Path
     process = start(config, "--transport", transport, *options, "--log-level", "warning")
     pids = backend_pids(tmp_path, 1, process)
     started = time.monotonic()
-    code, err = stop(process, signal.SIGTERM, tmp_path, seconds=25)
+    code, err = stop(process, signal.SIGTERM, tmp_path, seconds=60)
     took = time.monotonic() - started
     left = wait_gone(pids, 10)
-    # before: the router stopped only once the wait was over, 30 s after it began
+    # before: the router stopped only once the wait was over, 30 s after it began. Stopping the backend
+    # takes about 12 s of that here (its session's close), and up to 15 s on a loaded machine: the bound
+    # sits between the two.
     assert code == 0, err
-    assert took < 15, err
+    assert took < FIRST_CONNECT_SECONDS - 5, err
     assert left == [], err
     assert "did not start" not in err, err
 

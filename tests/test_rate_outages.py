@@ -217,7 +217,9 @@ async def test_a_thread_stuck_in_the_store_fails_the_next_reservations_at_once(
             await limiter.acquire()
             took.append(time.monotonic() - before)
         assert len(refusals) >= 3 and all("still held by an earlier reservation" in r for r in refusals)
-        assert max(took) < 0.3 and limiter.in_outage
+        # At once: a retry queued behind the hung one would wait out the store's time limit (2 s); half of
+        # it is the margin a loaded machine needs (0.31 s was seen for "at once" with two suites running)
+        assert max(took) < STORE_TIMEOUT_SECONDS / 2 and limiter.in_outage
     finally:
         file_system_back.set()
     with anyio.fail_after(10):

@@ -7,9 +7,16 @@ tests/test_docs.py holds those pages to the code.
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from pathlib import Path
 
 from centralmcp_batch.commands.demo.script import demo_calls
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -79,6 +86,16 @@ def test_ci_runs_the_readme_test_commands_on_both_sdk_lines() -> None:
     assert "pip install -e '.[test]' && pytest" in development
     assert "pip install 'mcp>=1.28,<2' && pytest" in development
     assert "bash .ci/run" in development and "mkdocs build --strict" in development
+
+
+def test_ci_runs_the_slow_tier_a_plain_run_leaves_out() -> None:
+    """A plain `pytest` leaves the slow tier out (pyproject's addopts); CI's test legs run it; the README says how."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    addopts = shlex.split(pyproject["tool"]["pytest"]["ini_options"]["addopts"])
+    assert addopts[addopts.index("-m") + 1] == "not slow" and "-n" in addopts
+    for script in ("run", "lowest"):
+        assert "pytest -m slow" in (ROOT / ".ci" / script).read_text(encoding="utf-8"), script
+    assert "pytest -m slow" in fenced(section("Development"), "sh")[0]
 
 
 def test_the_layout_names_every_module_and_subpackage_of_the_package() -> None:

@@ -32,7 +32,7 @@ from centralmcp_batch import _compat, settings
 from centralmcp_batch.router import Router, StdioBackend, backends, core
 from centralmcp_batch.testing import call
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 TESTS = Path(__file__).resolve().parent
 HOSTILE = str(TESTS / "backends" / "hostile.py")
 REFUSED = "the router's MCP client refused the backend's answer"

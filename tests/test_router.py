@@ -307,7 +307,6 @@ def check_mixed(response: dict[str, Any]) -> None:
     assert items["slow"]["result"]["slept"] == 0.05
 
 
-@pytest.mark.slow
 async def test_end_to_end_over_stdio_with_a_remote_stdio_backend(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     params = _compat.StdioServerParameters(
@@ -323,7 +322,6 @@ async def test_end_to_end_over_stdio_with_a_remote_stdio_backend(tmp_path: Path)
             assert found["count"] == 0  # the backend that would not start is out; the rest serve
 
 
-@pytest.mark.slow
 async def test_end_to_end_over_streamable_http_and_reconnect(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     port = free_port()

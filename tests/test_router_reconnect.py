@@ -30,7 +30,7 @@ from centralmcp_batch.router.backends import RemoteBackend
 from centralmcp_batch.testing import call
 
 # Its batches send the same call several times to load a backend's session: each one its own call.
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("each_entry_its_own_call")]
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("each_entry_its_own_call")]
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
 BACKENDS_LOG = "centralmcp_batch.router.backends"
@@ -452,10 +452,11 @@ async def test_calls_cut_off_on_an_http_backend_with_an_event_store_are_not_resu
         await anyio.sleep(0.3)
 
     await rounds_on_an_event_store_backend_hold_nothing(http_sessions, caplog, warmed_up, "hang", 1)
-    # Each call's resumption refused as often as the SDK tries (twice, from mcp 1.28.0 to 2.3.0): a count
-    # that is not a whole number of tries for each of the 16 calls means some call was resumed.
+    # Each call's resumption refused (the SDK tries twice, 1 s apart, from mcp 1.28.0 to 2.3.0), and the
+    # backend never asked: no try got through. (A whole number of tries for each of the 16 calls was asked
+    # here too, but the router may close before the last round's second tries: 30 were seen under load.)
     refused = resumptions_refused(caplog)
-    assert refused >= 16 and refused % 16 == 0, refused
+    assert refused >= 16, refused
     assert http_sessions.methods().count("resume") == 0  # the backend was never asked
     assert http_sessions.tool_runs().count("hang") == 16
 

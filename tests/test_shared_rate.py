@@ -34,10 +34,13 @@ from centralmcp_batch.ratelimit import default_store_url
 from centralmcp_batch.ratelimit import sqlite as sqlite_store
 from centralmcp_batch.ratelimit.config import path_flavour, sqlite_path
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).parent
-RATE, BURST, TOLERANCE = 120.0, 5, 0.10
+# 60/s: a rate three routers hold with room to spare on a loaded machine (at 120/s, with two suites
+# and other work on two cores, they fell to 87/s). Above the rate is what sharing forbids: 10% at most;
+# below it only as far as a busy machine slows the routers down.
+RATE, BURST, OVER, UNDER = 60.0, 5, 0.10, 0.25
 ENTRIES = 25
 PROCESSES = 3
 
@@ -94,13 +97,18 @@ def check_complete(responses: dict[str, dict[str, Any]]) -> list[float]:
 
 
 def rate_after_burst(stamps: list[float]) -> float:
-    paced = sorted(stamps)[BURST:]
-    return (len(paced) - 1) / (paced[-1] - paced[0])
+    """The calls after the burst over the whole run's span, from the first call to the last.
+
+    No call starts before its slot, so a shared bucket keeps this at the rate at most however late
+    some calls start; measured from the first call after the burst instead, a loaded machine that
+    started that one late read as over the rate (89/s at 60/s)."""
+    return (len(stamps) - BURST) / (max(stamps) - min(stamps))
 
 
 def assert_account_rate(stamps: list[float]) -> None:
     rate = rate_after_burst(stamps)
-    assert abs(rate - RATE) <= TOLERANCE * RATE, f"{rate:.1f}/s across {len(stamps)} calls, configured {RATE}/s"
+    told = f"{rate:.1f}/s across {len(stamps)} calls, configured {RATE}/s"
+    assert (1 - UNDER) * RATE <= rate <= (1 + OVER) * RATE, told
 
 
 # -- stdio ------------------------------------------------------------------------------

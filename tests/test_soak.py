@@ -19,7 +19,7 @@ clients at once each connect on their own, send two batches of 25 at once and cl
 Default run: 8 rounds of 10 clients (4,000 entries, about 30 s). Bounded in count and time
 either way; a longer soak sets the sizes::
 
-    CENTRALMCP_BATCH_SOAK_ROUNDS=30 CENTRALMCP_BATCH_SOAK_CLIENTS=32 python -m pytest -q tests/test_soak.py
+    CENTRALMCP_BATCH_SOAK_ROUNDS=30 CENTRALMCP_BATCH_SOAK_CLIENTS=32 python -m pytest -q -m slow tests/test_soak.py
 """
 
 from __future__ import annotations
