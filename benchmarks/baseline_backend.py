@@ -1,7 +1,7 @@
 """The benchmark's backend for the CentralMCP-style comparison: one server, four read tools and a write.
 
-``wait`` sleeps as long as it is told (none at 0) and echoes its tag; ``blob`` answers about
-``kb`` kilobytes in 1 KB rows (few enough rows that the router's 200-item page never clips it);
+``wait`` sleeps as long as it is told (none at 0) and echoes its tag (``CALLS`` counts its calls);
+``blob`` answers about ``kb`` kilobytes in 1 KB rows (few enough rows that the router's 200-item page never clips it);
 ``records`` answers ``count`` nested device records of about 350 bytes, shaped as an API's device
 listing is (objects and lists in objects in a list, four levels deep), at once. ``unavailable``
 fails at once, as a backend that is down does; ``reboot`` is a write, which the read-only gate
@@ -10,6 +10,7 @@ refuses before it runs.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -19,11 +20,13 @@ from centralmcp_batch import _compat
 
 mcp = _compat.new_server("bench")
 ROW = "x" * 1000
+CALLS: Counter[str] = Counter()  # backend calls by tool, for a benchmark that counts what reached the backend
 
 
 @mcp.tool(annotations=READ_ONLY)
 async def wait(seconds: float = 0.0, tag: str = "") -> dict[str, Any]:
     """Sleep, then echo the tag."""
+    CALLS["wait"] += 1
     if seconds > 0:
         await anyio.sleep(seconds)
     return {"tag": tag, "slept": seconds}

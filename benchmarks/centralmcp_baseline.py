@@ -1,34 +1,38 @@
-"""The batch against a CentralMCP-style baseline: the same router parts, looped one call at a time.
+"""The batch against CentralMCP's built-in batch, on the stand-in of CentralMCP's router, at zero latency.
 
 Run from a checkout (it needs the CentralMCP stand-in in ``tests/standins``)::
 
     python benchmarks/centralmcp_baseline.py [--quick] [--repeat N] [--json PATH] [--scenarios a,b]
 
-Two copies of the stand-in router (``tests/standins/centralmcp_router.py``) serve the same backend
+Copies of the stand-in router (``tests/standins/centralmcp_router.py``) serve the same backend
 (``baseline_backend.py``): ``builtin`` in default mode with its own sequential
 ``invoke_read_tool_batch``, ``plugin`` in minimal mode with centralmcp-batch adopted through
-``adapters.centralmcp.adopt``. ``loop`` is a plain sequential loop over the router's own read path
-(``_dispatch_read_tool``), which is what the built-in is. Every figure is the median (min–max) of the
-rounds; in each round the variants run one after the other and a ratio is taken within the round.
+``adapters.centralmcp.adopt``, and ``plugin_sqlite`` the same with the account-wide limiter on a
+SQLite file, as the default store is. ``loop`` is a plain sequential loop over the router's own read
+path (``_dispatch_read_tool``), which is what the built-in is. Every router has its own rate gate and
+every plugin its account-wide limiter, lifted so that neither binds (``bench.LIFTED_LIMIT``): every
+path draws its token, and none waits. Every figure is the median (min–max) of the rounds; in each
+round the variants run one after the other and a ratio is taken within the round.
 
-Scenarios: ``in_process`` (zero latency, n=25 and n=1), ``mcp`` (the same over an in-memory MCP
-session, the client's checks included, and a batch of 1 against one ``invoke_read_tool`` and
-against a tool that does no work: it answers a fixed batch answer under the same output schema),
-``schema`` (the SDK client's own output-schema check of one 25-entry answer), ``memory``
-(tracemalloc peak, 25 answers of about 100 KB), ``http`` (8 clients over streamable HTTP) and
-``records`` (25 answers of nested records, about 9 KB each, in process and over a session) and
-``failures`` (25 entries that each fail: an unknown tool, a write the gate refuses, a backend that is
-down, in turn; in process and over a session).
+Backends that answer at once are not where users are (their backends are an API under an account's
+rate: see ``account_rate.py``); these figures show what the batch itself costs against the built-in.
+
+Scenarios: ``in_process`` (n=25 and n=1), ``mcp`` (the same over an in-memory MCP session, the
+client's checks included: n=25 on the memory and the SQLite store, and a batch of 1 against one
+``invoke_read_tool``), ``schema`` (the SDK client's own output-schema check of one answer),
+``memory`` (tracemalloc peak, 25 answers of about 100 KB), ``http`` (8 clients over streamable
+HTTP), ``records`` (25 answers of nested records, about 9 KB each, in process and over a session)
+and ``failures`` (25 entries that each fail: an unknown tool, a write the gate refuses, a backend
+that is down, in turn; in process and over a session).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
-import os
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -39,17 +43,14 @@ from types import ModuleType
 from typing import Any
 
 import anyio
+import standin  # puts the backend and the stand-ins on sys.path, so it comes first
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]  # the backend and the stand-ins
+from centralmcp_batch import _compat, batch_tool, bench
+from centralmcp_batch.adapters.centralmcp import adopt
+from centralmcp_batch.bench import Run, ratios, rounds, summary
+from centralmcp_batch.host import HostHooks
+from centralmcp_batch.ratelimit import RateLimiter
 
-from centralmcp_batch import _compat, batch_tool, bench, budget, models  # noqa: E402 - after the path is set
-from centralmcp_batch.adapters.centralmcp import adopt  # noqa: E402
-from centralmcp_batch.bench import Run, ratios, rounds, summary  # noqa: E402
-from centralmcp_batch.host import HostHooks  # noqa: E402
-from centralmcp_batch.ratelimit.config import RATE, STORE_ENV  # noqa: E402
-
-STANDIN = HERE.parent / "tests" / "standins" / "centralmcp_router.py"
 TOOL = batch_tool.TOOL_NAME
 SCENARIOS = ("in_process", "mcp", "schema", "memory", "http", "records", "failures")
 HTTP_CLIENTS = 8
@@ -65,52 +66,44 @@ class Plan:
     sample_seconds: float  # each sample loops until it has taken at least this long
     http_seconds: float
     scenarios: tuple[str, ...]
+    quick: bool = False
 
 
-# -- the two routers ----------------------------------------------------------------------
+# -- the routers --------------------------------------------------------------------------
 
 
-def lift_rate_limit() -> None:
-    """No rate limit to speak of, in a bucket of this process's own.
-
-    At the default of 8 calls a second the limiter, not the batch, would set every figure (a batch of
-    25 takes 3 s), and the default store is the user's shared SQLite file, which is not the benchmark's.
-    The token is still drawn on every path (loop, built-in, plugin), so its cost is the host's work.
-    """
-    os.environ[RATE.env] = "1000000"
-    os.environ[STORE_ENV] = "memory"
+# The router's own per-process bucket (a plain token bucket), lifted so that it never binds.
+ROUTER_OWN_RATE = 1e6
 
 
-def load_router(mode: str, label: str) -> ModuleType:
-    """A fresh copy of the stand-in router over the benchmark backend, with its own rate gate.
+def builtin_router(label: str = "builtin") -> ModuleType:
+    """The router with its own batch, and its own rate gate as its start-up installs it (lifted here)."""
+    router = standin.load_router("default", label)
+    router.install_router_rate_gate(ROUTER_OWN_RATE)
+    return router
 
-    As the router's start-up installs it: a token bucket drawn once per backend call, here at a
-    rate no benchmark reaches, so every path (loop, built-in, plugin) pays the same token.
-    ``adopt`` then puts the account-wide limiter in front of it, as it does in production.
-    """
-    lift_rate_limit()
-    os.environ["CENTRALMCP_ROUTER_MODE"] = mode
-    spec = importlib.util.spec_from_file_location(f"standin_router_{label}", STANDIN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module._BACKENDS = {"bench": "baseline_backend"}
-    module._load_all_backends()
-    module.install_router_rate_gate(float(os.environ[RATE.env]))
-    return module
+
+def plugin_router(label: str, limiter: RateLimiter) -> tuple[ModuleType, HostHooks]:
+    """The router in minimal mode with the plugin adopted, its account-wide limiter ``limiter``."""
+    router = standin.load_router("minimal", label)
+    router.install_router_rate_gate(ROUTER_OWN_RATE)
+    return router, HostHooks(adopt(router, rate_limiter=limiter))
 
 
 @dataclass
 class Routers:
     builtin: ModuleType  # default mode: the router's own sequential batch
-    plugin: ModuleType  # minimal mode, centralmcp-batch adopted
+    plugin: ModuleType  # minimal mode, centralmcp-batch adopted, its limiter in memory
     hooks: HostHooks
+    plugin_sqlite: ModuleType  # the same, its limiter on a SQLite file
+    limiters: list[RateLimiter]
 
 
-def make_routers() -> Routers:
-    builtin = load_router("default", "builtin")
-    plugin = load_router("minimal", "plugin")
-    return Routers(builtin, plugin, HostHooks(adopt(plugin)))
+def make_routers(sqlite_url: str) -> Routers:
+    limiters = [bench.lifted_limiter(), bench.lifted_limiter(sqlite_url)]
+    plugin, hooks = plugin_router("plugin", limiters[0])
+    plugin_sqlite, _ = plugin_router("plugin_sqlite", limiters[1])
+    return Routers(builtin_router(), plugin, hooks, plugin_sqlite, limiters)
 
 
 def calls_of(n: int, tool: str = "wait", **arguments: Any) -> list[dict[str, Any]]:
@@ -125,15 +118,9 @@ def check_results(results: Sequence[Any], calls: Sequence[Mapping[str, Any]], wr
         raise BaselineError(f"answers lost or out of place: {str(results)[:300]}")
 
 
-def check_plugin(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> None:
+def check_batch(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> None:
     if not response.get("ok"):
-        raise BaselineError(f"the plugin's batch failed: {str(response)[:300]}")
-    check_results(response["results"], calls, wrapped=True)
-
-
-def check_builtin(response: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> None:
-    if not response.get("ok"):
-        raise BaselineError(f"the built-in batch failed: {str(response)[:300]}")
+        raise BaselineError(f"the batch failed: {str(response)[:300]}")
     check_results(response["results"], calls, wrapped=True)
 
 
@@ -142,15 +129,14 @@ Calls = Sequence[Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class Checks:
-    """How a workload's answers are checked: the loop's bare answers, and each router's batch response."""
+    """How a workload's answers are checked: the loop's bare answers, and a batch response."""
 
     loop: Callable[[list[Any], Calls], None]
-    builtin: Callable[[Mapping[str, Any], Calls], None]
-    plugin: Callable[[Mapping[str, Any], Calls], None]
+    batch: Callable[[Mapping[str, Any], Calls], None]
 
 
 # Every entry answered, at its call's place, and each batch ok.
-ANSWERED = Checks(functools.partial(check_results, wrapped=False), check_builtin, check_plugin)
+ANSWERED = Checks(functools.partial(check_results, wrapped=False), check_batch)
 
 
 # -- in process ---------------------------------------------------------------------------
@@ -162,10 +148,10 @@ def in_process_variants(routers: Routers, calls: list[dict[str, Any]], checks: C
         checks.loop([await read(None, call["name"], call["arguments"]) for call in calls], calls)
 
     async def builtin() -> None:
-        checks.builtin(await routers.builtin.invoke_read_tool_batch(None, calls), calls)
+        checks.batch(await routers.builtin.invoke_read_tool_batch(None, calls), calls)
 
     async def plugin() -> None:
-        checks.plugin(await batch_tool.run(routers.hooks, calls), calls)
+        checks.batch(await batch_tool.run(routers.hooks, calls), calls)
 
     return {"loop": loop, "builtin": builtin, "plugin": plugin}
 
@@ -189,9 +175,6 @@ async def in_process_scenario(plan: Plan, routers: Routers) -> list[dict[str, An
                 "plugin_us": summary(samples["plugin"], 1e6),
                 "plugin_over_loop": summary(ratios(samples["plugin"], samples["loop"])),
                 "plugin_over_builtin": summary(ratios(samples["plugin"], samples["builtin"])),
-                "own_us_per_entry": summary(
-                    [(p - lp) / n for p, lp in zip(samples["plugin"], samples["loop"], strict=True)], 1e6
-                ),
             }
         )
     return rows
@@ -213,74 +196,41 @@ async def call_checked(client: _compat.ClientHandle, tool: str, arguments: Mappi
 
 
 async def mcp_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
-    await add_fixed_answer_tool(routers)
-    async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
+    async with AsyncExitStack() as stack:
+        to_builtin = await stack.enter_async_context(_compat.connect(routers.builtin.mcp))
+        to_plugin = await stack.enter_async_context(_compat.connect(routers.plugin.mcp))
+        to_sqlite = await stack.enter_async_context(_compat.connect(routers.plugin_sqlite.mcp))
         calls, one = calls_of(25), calls_of(1)
 
-        async def builtin() -> None:
-            check_builtin(await call_checked(to_builtin, TOOL, {"calls": calls}), calls)
+        def batch_of(client: _compat.ClientHandle, calls: list[dict[str, Any]]) -> Run:
+            async def run() -> None:
+                check_batch(await call_checked(client, TOOL, {"calls": calls}), calls)
 
-        async def plugin() -> None:
-            check_plugin(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
-
-        async def plugin_one() -> None:
-            check_plugin(await call_checked(to_plugin, TOOL, {"calls": one}), one)
+            return run
 
         async def single() -> None:
             read = {"name": "wait", "arguments": one[0]["arguments"]}
             answer = await call_checked(to_plugin, "invoke_read_tool", read)
             check_results([answer], one, wrapped=False)
 
-        async def fixed_one() -> None:
-            check_plugin(await call_checked(to_plugin, FIXED_ANSWER_TOOL, {"calls": one}), one)
-
         variants = {
-            "builtin": builtin,
-            "plugin": plugin,
-            "plugin_one": plugin_one,
+            "builtin": batch_of(to_builtin, calls),
+            "plugin": batch_of(to_plugin, calls),
+            "plugin_sqlite": batch_of(to_sqlite, calls),
+            "plugin_one": batch_of(to_plugin, one),
             "single": single,
-            "fixed_one": fixed_one,
         }
         samples = await sampled(variants, plan)
     return [
-        versus("n=25: plugin vs the built-in batch", samples["plugin"], samples["builtin"]),
-        versus("n=1: plugin batch vs one invoke_read_tool", samples["plugin_one"], samples["single"]),
-        versus("n=1: a fixed batch answer vs one invoke_read_tool", samples["fixed_one"], samples["single"]),
-        versus("n=1: plugin batch vs a fixed batch answer", samples["plugin_one"], samples["fixed_one"]),
+        versus(BATCH_OF_25, samples["plugin"], samples["builtin"]),
+        versus(BATCH_OF_25_SQLITE, samples["plugin_sqlite"], samples["builtin"]),
+        versus(BATCH_OF_ONE, samples["plugin_one"], samples["single"]),
     ]
 
 
-FIXED_ANSWER_TOOL = "fixed_batch_answer"
-
-
-async def add_fixed_answer_tool(routers: Routers) -> None:
-    """A tool on the plugin's router that does no work: it answers one entry's batch answer, made once.
-
-    It publishes the batch tool's output schema and converts its answer the same way, behind the
-    same middleware, so a batch of 1 against it is what a typed batch answer costs a round trip
-    before the batch does anything: the floor under the batch-of-1 figure.
-    """
-    server = routers.plugin.mcp
-    if _compat.has_tool(server, FIXED_ANSWER_TOOL):
-        return
-    published = next(tool for tool in _compat.server_tools(server) if tool.name == TOOL)
-    if published.output_schema is None:
-        raise BaselineError(f"{TOOL} publishes no output schema: the fixed answer would be checked against none")
-    text = json.dumps(await batch_tool.run(routers.hooks, calls_of(1)))
-
-    async def fixed_batch_answer(ctx: _compat.Context, calls: Any = None) -> dict[str, Any]:
-        return json.loads(text)  # a fresh dict each call, as a batch builds one
-
-    _compat.add_tool(
-        server,
-        fixed_batch_answer,
-        name=FIXED_ANSWER_TOOL,
-        description="The benchmark's fixed batch answer.",
-        annotations=batch_tool.ANNOTATIONS,
-        input_schema=published.input_schema,
-        output_schema=published.output_schema,
-    )
-    _compat.answer_dicts_with_compact_json(server, FIXED_ANSWER_TOOL, budget.dumps)
+BATCH_OF_25 = "n=25: plugin (memory store) vs the built-in batch"
+BATCH_OF_25_SQLITE = "n=25: plugin (SQLite store, the default) vs the built-in batch"
+BATCH_OF_ONE = "n=1: plugin batch vs one invoke_read_tool"
 
 
 def versus(case: str, plugin: list[float], baseline: list[float]) -> dict[str, Any]:
@@ -293,11 +243,6 @@ def versus(case: str, plugin: list[float], baseline: list[float]) -> dict[str, A
 
 
 # -- the client's output-schema check --------------------------------------------------------
-
-
-def old_output_schema() -> dict[str, Any]:
-    """The schema published before this benchmark: derived from the models, with $ref and anyOf."""
-    return {"type": "object", **models.BatchOutcome.model_json_schema()}
 
 
 def sdk_session(client: _compat.ClientHandle) -> Any:
@@ -314,44 +259,34 @@ async def schema_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     rows = []
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
         plugin_session, builtin_session = sdk_session(to_plugin), sdk_session(to_builtin)
-        # The same check against the old schema. Listed first: a listing rebuilds the session's schema
-        # table, and a name missing from it makes every check list the tools again (2.x) instead.
-        await plugin_session.list_tools()
+        await plugin_session.list_tools()  # the session's table of output schemas, which the check reads
         await builtin_session.list_tools()
-        plugin_session._tool_output_schemas["old_schema"] = old_output_schema()
         for n in (25, 1):
             calls = calls_of(n)
-            plugin_raw = await plugin_session.call_tool(TOOL, {"calls": calls})
-            builtin_raw = await builtin_session.call_tool(TOOL, {"calls": calls})
             variants = {
-                "plugin": checking(plugin_session, TOOL, plugin_raw),
-                "old": checking(plugin_session, "old_schema", plugin_raw),
-                "builtin": checking(builtin_session, TOOL, builtin_raw),
+                "plugin": checking(plugin_session, await plugin_session.call_tool(TOOL, {"calls": calls})),
+                "builtin": checking(builtin_session, await builtin_session.call_tool(TOOL, {"calls": calls})),
             }
             samples = await sampled(variants, plan)
-            rows += [schema_row(name, n, samples) for name in ("plugin", "old", "builtin")]
+            rows += [
+                {
+                    "schema": name,
+                    "n": n,
+                    "check_ms": summary(samples[name], 1000),
+                    "over_builtin": summary(ratios(samples[name], samples["builtin"])),
+                }
+                for name in variants
+            ]
     return rows
 
 
-def checking(session: Any, name: str, raw: Any) -> Run:
+def checking(session: Any, raw: Any) -> Run:
     validate = getattr(session, "validate_tool_result", None) or session._validate_tool_result  # 2.x / 1.x spelling
 
     async def run() -> None:
-        await validate(name, raw)
+        await validate(TOOL, raw)
 
     return run
-
-
-def schema_row(name: str, n: int, samples: Mapping[str, list[float]]) -> dict[str, Any]:
-    schemas = {"plugin": models.output_schema(), "old": old_output_schema()}
-    size = len(json.dumps(schemas[name])) if name in schemas else "(the SDK's for dict[str, Any])"
-    return {
-        "schema": name,
-        "n": n,
-        "bytes": size,
-        "check_ms": summary(samples[name], 1000),
-        "over_builtin": summary(ratios(samples[name], samples["builtin"])),
-    }
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -368,6 +303,12 @@ async def peak_bytes(run: Run) -> int:
         tracemalloc.stop()
 
 
+# Peaks taken per variant in a full run. The plugin's peak is set by how many of its concurrent calls hold a
+# raw answer (about 100 KB, and its JSON text while the router bounds it) at the same moment, which the
+# threads that run ``blob`` decide: its peaks fall on a few levels, so a median needs more of them than a time.
+MEMORY_ROUNDS = 21
+
+
 async def memory_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
     calls = calls_of(25, "blob", kb=100)
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
@@ -380,7 +321,7 @@ async def memory_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
         for run in variants.values():
             await run()  # warm-up: imports and caches are not the answer's memory
         peaks: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(plan.repeat):
+        for _ in range(plan.repeat if plan.quick else max(plan.repeat, MEMORY_ROUNDS)):
             for name, run in variants.items():
                 peaks[name].append(await peak_bytes(run))
     rows = []
@@ -405,9 +346,7 @@ def serve(which: str, port: int) -> None:
     import uvicorn
 
     bench.quiet_logs()
-    router = load_router("default", which) if which == "builtin" else load_router("minimal", which)
-    if which == "plugin":
-        adopt(router)
+    router = builtin_router(which) if which == "builtin" else plugin_router(which, bench.lifted_limiter())[0]
     uvicorn.run(_compat.http_app(router.mcp), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -444,13 +383,12 @@ async def http_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
         clients: dict[str, list[_compat.ClientHandle]] = {}
         for which, url in urls.items():
             clients[which] = [await stack.enter_async_context(_compat.connect(url)) for _ in range(HTTP_CLIENTS)]
-        checks = {"builtin": check_builtin, "plugin": check_plugin}
         for which in clients:
-            await entries_per_second(clients[which], 0.3, checks[which])  # warm-up
+            await entries_per_second(clients[which], 0.3, check_batch)  # warm-up
         rates: dict[str, list[float]] = {"builtin": [], "plugin": []}
         for _ in range(plan.repeat):
             for which in ("builtin", "plugin"):
-                rates[which].append(await entries_per_second(clients[which], plan.http_seconds, checks[which]))
+                rates[which].append(await entries_per_second(clients[which], plan.http_seconds, check_batch))
     return [
         {
             "clients": HTTP_CLIENTS,
@@ -490,10 +428,10 @@ async def workload_rows(
     async with _compat.connect(routers.builtin.mcp) as to_builtin, _compat.connect(routers.plugin.mcp) as to_plugin:
 
         async def session_builtin() -> None:
-            checks.builtin(await call_checked(to_builtin, TOOL, {"calls": calls}), calls)
+            checks.batch(await call_checked(to_builtin, TOOL, {"calls": calls}), calls)
 
         async def session_plugin() -> None:
-            checks.plugin(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
+            checks.batch(await call_checked(to_plugin, TOOL, {"calls": calls}), calls)
 
         variants = {
             **in_process_variants(routers, calls, checks),
@@ -554,7 +492,7 @@ def check_failed_batch(response: Mapping[str, Any], calls: Calls) -> None:
     check_failed(response["results"], calls, wrapped=True)
 
 
-FAILED = Checks(functools.partial(check_failed, wrapped=False), check_failed_batch, check_failed_batch)
+FAILED = Checks(functools.partial(check_failed, wrapped=False), check_failed_batch)
 
 
 async def failures_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]]:
@@ -567,19 +505,19 @@ async def failures_scenario(plan: Plan, routers: Routers) -> list[dict[str, Any]
 
 TABLES = {
     "in_process": (
-        "A. In process, zero latency: the plugin adopted vs the router's own loop and built-in batch",
-        ["n", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin", "own_us_per_entry"],
+        "A. In process: the plugin adopted vs the router's own loop and built-in batch",
+        ["n", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin"],
     ),
     "mcp": (
-        "B. In-memory MCP session, zero latency, the client's checks included",
+        "B. In-memory MCP session, the client's checks included",
         ["case", "plugin_us", "baseline_us", "plugin_over_baseline"],
     ),
     "schema": (
         "C. The SDK client's output-schema check of one answer (SDK 1.x: the server checks the built-in's too)",
-        ["schema", "n", "bytes", "check_ms", "over_builtin"],
+        ["schema", "n", "check_ms", "over_builtin"],
     ),
     "memory": (
-        "D. Peak memory (tracemalloc), 25 answers of about 100 KB",
+        f"D. Peak memory (tracemalloc), 25 answers of about 100 KB ({MEMORY_ROUNDS} peaks in a full run)",
         ["where", "plugin_mb", "baseline_mb", "plugin_over_baseline"],
     ),
     "http": (
@@ -587,7 +525,7 @@ TABLES = {
         ["clients", "n", "plugin_entries_per_s", "baseline_entries_per_s", "plugin_over_baseline"],
     ),
     "records": (
-        f"F. Nested records: 25 answers of {RECORDS} device records (about 9 KB each), zero latency",
+        f"F. Nested records: 25 answers of {RECORDS} device records (about 9 KB each)",
         ["where", "loop_us", "builtin_us", "plugin_us", "plugin_over_loop", "plugin_over_builtin"],
     ),
     "failures": (
@@ -599,80 +537,42 @@ TABLES = {
 
 Match = Mapping[str, Any]
 
+# (what, scenario, row, figure, limit, at most?): a figure with a limit is a target (issue 35's); one with
+# None is recorded against the built-in, not held to a limit (zero latency is not where users are).
+FIGURES: list[tuple[str, str, Match, str, float | None, bool]] = [
+    ("peak memory over a session, 25 x 100 KB: plugin <= 1.2x the built-in", "memory",
+     {"where": "MCP session"}, "plugin_over_baseline", 1.2, True),
+    ("n=25 over a session, default store (SQLite): plugin / built-in", "mcp",
+     {"case": BATCH_OF_25_SQLITE}, "plugin_over_baseline", None, True),
+    ("n=25 over a session, memory store: plugin / built-in", "mcp",
+     {"case": BATCH_OF_25}, "plugin_over_baseline", None, True),
+    ("n=1 over a session: plugin batch / one invoke_read_tool", "mcp",
+     {"case": BATCH_OF_ONE}, "plugin_over_baseline", None, True),
+    ("n=25 in process: plugin / built-in", "in_process", {"n": 25}, "plugin_over_builtin", None, True),
+    ("HTTP, 8 clients: plugin / built-in entries per second", "http",
+     {"clients": HTTP_CLIENTS}, "plugin_over_baseline", None, False),
+    ("records over a session: plugin / built-in", "records",
+     {"where": "MCP session"}, "plugin_over_builtin", None, True),
+    ("failures over a session: plugin / built-in", "failures",
+     {"where": "MCP session"}, "plugin_over_builtin", None, True),
+]  # fmt: skip
 
-def goal(name: str, rows: Sequence[Match], match: Match, key: str, limit: float, at_most: bool) -> dict[str, Any]:
+
+def figure(name: str, rows: Sequence[Match], match: Match, key: str, limit: float | None, at_most: bool) -> dict:
     row = bench.find_row(rows, **match)
-    if row is None:
-        return {"target": name, "value": None, "threshold": limit, "met": None}
-    value = row[key]["median"]
-    met = value <= limit if at_most else value >= limit
-    return {"target": name, "value": round(value, 3), "threshold": limit, "met": met}
-
-
-BATCH_OF_ONE = {"case": "n=1: plugin batch vs one invoke_read_tool"}
-BATCH_OF_25 = {"case": "n=25: plugin vs the built-in batch"}
-SCHEMA_FLOOR = {"case": "n=1: a fixed batch answer vs one invoke_read_tool"}
-BATCH_OF_ONE_TARGET = "n=1: plugin batch <= 1.1x one invoke_read_tool"  # shows SCHEMA_FLOOR's figure beside its own
-
-
-GOALS = [  # (target, scenario, row, figure, limit, at most?)
-    ("schema check of a 25-entry answer <= 1 ms", "schema", {"schema": "plugin", "n": 25}, "check_ms", 1.0, True),
-    (BATCH_OF_ONE_TARGET, "mcp", BATCH_OF_ONE, "plugin_over_baseline", 1.1, True),
-    ("n=25 in process: plugin <= 1.0x the loop", "in_process", {"n": 25}, "plugin_over_loop", 1.0, True),
-    ("n=25 in process: own cost <= 25 us per entry", "in_process", {"n": 25}, "own_us_per_entry", 25.0, True),
-    ("n=25 over MCP: plugin <= 1.0x the built-in batch", "mcp", BATCH_OF_25, "plugin_over_baseline", 1.0, True),
-    ("HTTP 8 clients: entries/s >= 1.0x the built-in", "http", {"clients": 8}, "plugin_over_baseline", 1.0, False),
-    ("peak memory over MCP <= 1.0x built-in", "memory", {"where": "MCP session"}, "plugin_over_baseline", 1, True),
-    (
-        "records in process: plugin <= 1.0x the built-in",
-        "records",
-        {"where": "in process"},
-        "plugin_over_builtin",
-        1,
-        True,
-    ),
-    (
-        "records over MCP: plugin <= 1.0x the built-in",
-        "records",
-        {"where": "MCP session"},
-        "plugin_over_builtin",
-        1,
-        True,
-    ),
-    (
-        "failures in process: plugin <= 1.0x the built-in",
-        "failures",
-        {"where": "in process"},
-        "plugin_over_builtin",
-        1,
-        True,
-    ),
-    (
-        "failures over MCP: plugin <= 1.0x the built-in",
-        "failures",
-        {"where": "MCP session"},
-        "plugin_over_builtin",
-        1,
-        True,
-    ),
-]
+    value = None if row is None else round(row[key]["median"], 3)
+    met = None if value is None or limit is None else (value <= limit if at_most else value >= limit)
+    return {"target": name, "value": value, "threshold": limit, "met": met}
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    def rows(name: str) -> list[Match]:
-        return list(report.get(name, []))
-
-    found = [goal(name, rows(scenario), match, key, limit, below) for name, scenario, match, key, limit, below in GOALS]
-    floor = bench.find_row(rows("mcp"), **SCHEMA_FLOOR)
-    if floor is not None:  # what the batch of 1 cannot go below while the tool publishes its output schema
-        # By name, not by place in GOALS: a target added or moved must not take another's floor.
-        batch_of_one = next(item for item in found if item["target"] == BATCH_OF_ONE_TARGET)
-        batch_of_one["floor"] = round(floor["plugin_over_baseline"]["median"], 3)
-    return found
+    return [
+        figure(name, list(report.get(scenario, [])), match, key, limit, at_most)
+        for name, scenario, match, key, limit, at_most in FIGURES
+    ]
 
 
 async def run_plan(plan: Plan) -> dict[str, Any]:
-    routers = make_routers()
     report: dict[str, Any] = {
         "config": {"repeat": plan.repeat, "sample_seconds": plan.sample_seconds},
         "machine": bench.machine(),
@@ -687,32 +587,35 @@ async def run_plan(plan: Plan) -> dict[str, Any]:
         "records": records_scenario,
         "failures": failures_scenario,
     }
-    for name in plan.scenarios:
-        report[name] = await steps[name](plan, routers)
+    with tempfile.TemporaryDirectory() as tmp:
+        routers = make_routers(f"sqlite:///{Path(tmp) / 'rate.sqlite3'}")
+        try:
+            for name in plan.scenarios:
+                report[name] = await steps[name](plan, routers)
+        finally:
+            for limiter in routers.limiters:
+                await limiter.close()
     report["load_average_after"] = bench.load_average()
     report["targets"] = targets(report)
     return report
 
 
 def render(report: Mapping[str, Any]) -> str:
-    parts = [f"Figures: median (min–max) of {report['config']['repeat']} rounds; mcp {report['machine']['mcp']}.", ""]
+    config, machine = report["config"], report["machine"]
+    loads = f"load average {report['load_average_before']} -> {report['load_average_after']}"
+    parts = [f"Figures: median (min–max) of {config['repeat']} rounds; mcp {machine['mcp']}; {loads}.", ""]
     for key, (title, columns) in TABLES.items():
         if key in report:
             parts.append(bench.table(title, report[key], columns) + "\n")
-    parts.append("### Targets\n")
-    parts += [
-        f"- {item['target']}: {item['value']} -> {bench.verdict(item['met'])}{_floor(item)}"
-        for item in report["targets"]
-    ]
+    parts.append("### Targets and figures against the built-in\n")
+    for item in report["targets"]:
+        verdict = "recorded" if item["threshold"] is None and item["value"] is not None else bench.verdict(item["met"])
+        parts.append(f"- {item['target']}: {item['value']} -> {verdict}")
     return "\n".join(parts)
 
 
-def _floor(target: Mapping[str, Any]) -> str:
-    return f" (a fixed batch answer under the same output schema: {target['floor']}x)" if "floor" in target else ""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    cli = argparse.ArgumentParser(description="centralmcp-batch against a CentralMCP-style sequential baseline")
+    cli = argparse.ArgumentParser(description="centralmcp-batch against CentralMCP's built-in batch, zero latency")
     cli.add_argument("--quick", action="store_true", help="a tiny run that only shows it works")
     cli.add_argument("--repeat", type=int, help="rounds per figure (default 7; 1 with --quick)")
     cli.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
@@ -727,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = tuple(name.strip() for name in args.scenarios.split(",") if name.strip())
     if set(chosen) - set(SCENARIOS) or (args.repeat is not None and args.repeat < 1):
         cli.error(f"scenarios must be among {','.join(SCENARIOS)} and --repeat at least 1")
-    plan = Plan(args.repeat or 1, 0.002, 0.3, chosen) if args.quick else Plan(args.repeat or 7, 0.05, 2.0, chosen)
+    plan = Plan(args.repeat or 1, 0.002, 0.3, chosen, True) if args.quick else Plan(args.repeat or 7, 0.05, 2.0, chosen)
     bench.quiet_logs()
     report = anyio.run(run_plan, plan)
     print(render(report))

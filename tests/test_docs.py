@@ -258,8 +258,23 @@ def test_the_performance_page_holds_every_table_target_and_option_of_the_benchma
         assert f"- {target['target']}: " in targets, target["target"]
     for option in long_options(bench.parser()):
         assert f"bench {option}" in figures or f" {option} " in figures, option
-    for title in ("Against a CentralMCP-style sequential baseline", "The output schema, a documented decision"):
+    # Other pages link to the two decisions by their headings.
+    for title in ("The output schema, a documented decision", "Sync tools in a worker thread, a documented decision"):
         assert len(section_of(figures, title).strip()) > 500, title
+
+
+def test_the_performance_page_is_for_users_and_runs_every_benchmark() -> None:
+    """About 300 lines (the history of the figures is in git); each benchmark in ``benchmarks/`` is shown
+    run, in a sh block, so a reader can measure what the page says."""
+    page = pages()["performance.md"]
+    assert len(page.splitlines()) <= 320
+    commands = "\n".join(body for language, body in fenced_blocks(page) if language == "sh")
+    scripts = sorted(path.name for path in (ROOT / "benchmarks").glob("*.py") if "def main(" in path.read_text())
+    assert scripts == ["account_rate.py", "centralmcp_baseline.py", "rate_stores.py"]
+    for script in scripts:
+        assert f"python benchmarks/{script}" in commands, script
+    for regime in ("Latency-bound: concurrency", "Rate-bound: tokens", "What the rate store costs", "Memory"):
+        assert len(section_of(page, regime).strip()) > 300, regime
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:

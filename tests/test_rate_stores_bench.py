@@ -17,8 +17,14 @@ RATE = 400.0
 @pytest.mark.slow
 def test_a_short_benchmark_run_prints_every_store_and_holds_the_rate() -> None:
     redis_binary()  # Redis is one of the rows: skip outside CI without it, fail in CI
-    command = [sys.executable, str(SCRIPT), "--tokens", "200", "--rate", str(RATE), "--seconds", "0.5"]
-    output = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    command = [sys.executable, str(SCRIPT), "--rounds", "1", "--tokens", "200", "--rate", str(RATE), "--seconds", "0.5"]
+    output = subprocess.run(command, capture_output=True, text=True, timeout=180, check=True).stdout
+    batches = re.findall(r"^\| (reference router|CentralMCP \(stand-in\)) \| (memory|sqlite|redis) \|", output, re.M)
+    assert len(set(batches)) == 6, output  # a batch of 25 on each host and store: every answer checked
+    verdicts = re.findall(
+        r"^- .*: a batch of 25 on (sqlite|redis) <= 1.3x on memory: [\d.]+ -> (met|NOT met)$", output, re.M
+    )
+    assert len(verdicts) == 4, output
     row = re.compile(r"\| (memory|sqlite|redis) \|")
     rows = {line.split("|")[1].strip(): line for line in output.splitlines() if row.match(line)}
     assert set(rows) == {"memory", "sqlite", "redis"}, output

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from .machine import load_average, machine
-from .plan import RATE_ENV, TRANSPORT_CONCURRENCY, UNLIMITED_RATE, Plan
+from .plan import LIFTED_LIMIT, TRANSPORT_CONCURRENCY, Plan
 from .router_process import http_router
 from .scenarios.budget import budget_scenario
 from .scenarios.latency import latency_scenario
@@ -24,7 +24,7 @@ def run_config(plan: Plan) -> dict[str, Any]:
         "sizes": list(plan.sizes),
         "quick": plan.sample_seconds < 0.05,
         "transport_concurrency": TRANSPORT_CONCURRENCY,
-        RATE_ENV: UNLIMITED_RATE,
+        **LIFTED_LIMIT,
     }
 
 
