@@ -85,11 +85,13 @@ def encode(value: Any) -> bytes:
         return pydantic_core.to_json(value)
     except pydantic_core.PydanticSerializationError as exc:
         if _TOO_DEEP in str(exc):
-            raise RecursionError(_TOO_DEEP) from None
+            raise RecursionError("nested deeper than pydantic writes") from None
         raise
 
 
-_TOO_DEEP = "Maximum serialization depth exceeded"  # pydantic's words; its errors have no type of their own
+# pydantic's errors have no type of their own. Its words: "Maximum serialization depth exceeded" (pydantic-core
+# 2.34 on), "Circular reference detected (depth exceeded)" before.
+_TOO_DEEP = "depth exceeded"
 
 
 def dumps(value: Any) -> str:

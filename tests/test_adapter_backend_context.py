@@ -92,7 +92,6 @@ async def test_a_single_read_still_forwards_its_backends_progress_as_the_router_
     assert [done for done, _total, _message in client.heard.progress] == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["default", "minimal"])
 async def test_over_stdio_the_router_run_as_a_script_sends_the_batchs_progress_only(tmp_path: Path, mode: str) -> None:
     script = write_adopted_router(tmp_path / "tool_router.py")

@@ -22,10 +22,7 @@ from tests.redis_server import free_port
 from tests.test_lifecycle import backend_pids, stop, wait_gone, write_config
 
 HERE = Path(__file__).parent
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc"),
-]
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

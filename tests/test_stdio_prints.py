@@ -17,7 +17,7 @@ import pytest
 
 from centralmcp_batch import _compat
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -27,7 +27,7 @@ from centralmcp_batch.router import HttpBackend, Router, StdioBackend
 from centralmcp_batch.router.catalog import BackendOptions
 from centralmcp_batch.testing import call
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 SHIFTING = str(HERE / "backends" / "shifting.py")
 NOT_READ_ONLY = (

@@ -188,7 +188,6 @@ USER_PARTS = [
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
 @pytest.mark.parametrize("user", USER_PARTS)
 async def test_a_router_tells_an_http_backends_errors_by_its_host_only(
     user: str, failing_backend: tuple[str, int], tmp_path: Path

@@ -129,7 +129,6 @@ def stdio_answer(env: dict[str, str], arguments: dict[str, Any], config: Path) -
         process.wait(timeout=10)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("limit", [5_000, 100_000])
 def test_the_bytes_a_serve_process_writes_are_within_the_budget(limit: int, tmp_path: Path) -> None:
     env = {
