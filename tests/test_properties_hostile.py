@@ -288,7 +288,7 @@ def check_response(calls: Any, response: dict[str, Any], host: HostileHost, limi
         return
     check_items(calls, response)
     check_summary(calls, response)
-    check_dispatch(calls, host)
+    check_dispatch(calls, response, host)
 
 
 def check_items(calls: list[Drawn], response: dict[str, Any]) -> None:
@@ -324,12 +324,26 @@ def check_summary(calls: list[Drawn], response: dict[str, Any]) -> None:
     assert response["truncated"] is (shrunk or bool(response.get("skeleton")))
 
 
-def check_dispatch(calls: list[Drawn], host: HostileHost) -> None:
+def check_dispatch(calls: list[Drawn], response: dict[str, Any], host: HostileHost) -> None:
     assert set(host.dispatched) <= set(READ_OUTCOMES), (
         "a write, destructive, unannotated or unknown tool was dispatched"
     )
-    assert sorted(host.dispatched) == sorted(entry.name for entry in calls if reaches_backend(entry))
-    assert host.cancelled == sum(1 for entry in calls if reaches_backend(entry) and entry.name == "hang")
+    groups = sharing_groups(calls)
+    assert response.get("shared_calls", []) == [group for group in groups if len(group) > 1]
+    called = [calls[group[0]] for group in groups]  # identical reads share one backend call
+    assert sorted(host.dispatched) == sorted(entry.name for entry in called)
+    assert host.cancelled == sum(1 for entry in called if entry.name == "hang")
+
+
+def sharing_groups(calls: list[Drawn]) -> list[list[int]]:
+    """The entries that reach the backend, grouped by what makes reads identical: the tool, the arguments as
+    canonical JSON and the cursor; in call order, by each group's first entry."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, entry in enumerate(calls):
+        if reaches_backend(entry):
+            arguments = json.dumps(entry.raw.get("arguments") or {}, sort_keys=True, separators=(",", ":"))
+            groups.setdefault((entry.name, arguments, entry.cursor), []).append(index)
+    return list(groups.values())
 
 
 # -- running --------------------------------------------------------------------------
@@ -352,11 +366,18 @@ def raw_calls(calls: Any) -> Any:
 # One entry of each read behaviour, in every run: random draws over MCP are few, and a behaviour
 # whose expected status went stale (a NaN answer, now ok) was drawn in only some runs.
 EVERY_READ = [Drawn({"name": name}, True, name, None) for name in READ_OUTCOMES]
+# Identical reads share one call; the same tool with other arguments does not.
+TWICE = [
+    Drawn({"name": name, "arguments": arguments}, True, name, None)
+    for name in ("succeed", "hang")
+    for arguments in ({}, {}, {"n": MARK})
+]
 
 
 @settings(PROPERTY_SETTINGS, max_examples=EXAMPLES)
 @given(calls=batches(), limit=budgets, concurrency=st.integers(4, 25))
 @example(calls=EVERY_READ, limit=300_000, concurrency=4)
+@example(calls=TWICE, limit=300_000, concurrency=4)
 def test_engine_invariants_for_random_batches(calls: Any, limit: int, concurrency: int) -> None:
     host = HostileHost()
     hooks = HostHooks(hosting.plugin_manager(host))
