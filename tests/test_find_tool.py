@@ -8,20 +8,16 @@ client, for seconds.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import anyio
 import pytest
 from backends.tickets import tickets_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import free_port, wait_for_port
-from test_wire_hostile import ENV, post, request
+from test_wire_hostile import demo_over_http, post, request
 
 from centralmcp_batch import _compat
 from centralmcp_batch.router import Router
@@ -112,15 +108,8 @@ def test_one_searched_word_is_cut_to_the_longest_query_word() -> None:
 
 @pytest.fixture
 def http_router() -> Iterator[int]:
-    port = free_port()
-    command = [sys.executable, "-m", "centralmcp_batch", "serve", "--demo", "--transport", "http", "--port", str(port)]
-    process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        anyio.run(wait_for_port, port, process)
+    with demo_over_http() as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_a_huge_query_is_refused_at_once_and_other_clients_are_served_meanwhile(http_router: int) -> None:

@@ -12,8 +12,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from test_cli import free_port, wait_for_port
@@ -41,19 +43,24 @@ def nested(depth: int) -> str:
     return '{"a":' * depth + "1" + "}" * depth
 
 
-@pytest.fixture(scope="module")
-def http_port() -> Iterator[int]:
+@contextmanager
+def demo_over_http() -> Iterator[int]:
+    """A real ``serve --demo`` process over streamable HTTP; its port."""
     port = free_port()
     command = [sys.executable, "-m", "centralmcp_batch", "serve", "--demo", "--transport", "http", "--port", str(port)]
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        import anyio
-
         anyio.run(wait_for_port, port, process)
         yield port
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def http_port() -> Iterator[int]:
+    with demo_over_http() as port:
+        yield port
 
 
 def post(port: int, body: str) -> dict[str, Any]:
