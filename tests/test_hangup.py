@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.redis_server import free_port
-from tests.test_lifecycle import backend_pids, stop, wait_gone, write_config
+from tests.test_lifecycle import backend_pids, stop, uvicorns_lifespan_cancelled, wait_gone, write_config
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
@@ -39,7 +39,8 @@ def test_sighup_stops_the_router_every_backend_and_what_they_started(tmp_path: P
     left = wait_gone(pids, 10)
     assert code == 0, told
     assert left == [], told
-    assert "stopping on SIGHUP" in told and "Traceback" not in told, told
+    assert "stopping on SIGHUP" in told, told
+    assert "Traceback" not in told or uvicorns_lifespan_cancelled(told), told  # uvicorn 0.31's own, as on SIGTERM
 
 
 # Runs ``serve`` as the leader of a new session whose controlling terminal is the pty on its stderr, as a shell
