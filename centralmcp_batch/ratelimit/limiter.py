@@ -80,9 +80,7 @@ class RateLimiter:
         try:
             await anyio.sleep(booking.waits[0])
         except BaseException:
-            assert booking.give_back is not None  # this limiter's bookings can always be given back
-            with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
-                await booking.give_back([0])
+            await _give_back_while_cancelled(booking, [0])
             raise
         return True
 
@@ -101,9 +99,7 @@ class RateLimiter:
         try:
             await anyio.lowlevel.checkpoint_if_cancelled()
         except anyio.get_cancelled_exc_class():
-            assert booking.give_back is not None
-            with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
-                await booking.give_back(range(len(booking.waits)))
+            await _give_back_while_cancelled(booking, range(len(booking.waits)))
             raise
         return booking
 
@@ -219,3 +215,10 @@ class RateLimiter:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+async def _give_back_while_cancelled(booking: RateBooking, positions: Sequence[int]) -> None:
+    """Give back booked slots for a caller being cancelled: shielded, and within the store's time limit."""
+    assert booking.give_back is not None  # this limiter's bookings can always be given back
+    with anyio.CancelScope(shield=True), anyio.move_on_after(STORE_TIMEOUT_SECONDS):
+        await booking.give_back(positions)
