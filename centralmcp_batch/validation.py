@@ -30,8 +30,6 @@ from typing import Any
 
 import pydantic_core
 
-# pydantic's header line, "N validation error(s) for <Model>": constant text, whatever the values.
-_VALIDATION_ERROR = re.compile(r"\b\d+ validation errors? for ")
 INVALID_PARAMS = -32602  # JSON-RPC's "Invalid params"
 # Words an argument-validation error has in the SDKs' and validators' own texts: pydantic's header and
 # "validation error" (also the SDKs' "Input validation error"), the TypeScript SDK's "Invalid arguments for
@@ -91,11 +89,6 @@ FIXED_MESSAGE_TYPES = frozenset(
         "arguments_type",
     }
 )
-
-
-def is_validation_error(text: str) -> bool:
-    """pydantic's own header (an in-process backend's error, whose structured details can be had)."""
-    return bool(_VALIDATION_ERROR.search(text))
 
 
 def is_argument_error(text: str, code: int | None = None) -> bool:
